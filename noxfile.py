@@ -1,0 +1,87 @@
+"""One test matrix for every package: `nox -t tests -p 3.11` runs what CI runs.
+
+Sessions (each in its own virtualenv, so every package is tested as installed):
+  core-<py>                    the core package's tests
+  plugin-<py>(plugin=NAME)     one plugin package's tests
+  device-<py>(plugin=NAME)     start NAME's real device; skipped (not passed) without hardware
+  integration-<py>             cross-package tests: wheels, real models, every installed plugin
+  main                         the README's main job
+"""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+PYTHONS = ["3.10", "3.11", "3.12"]
+# torch 2.13.0 is the oldest torch the core supports; CI tests exactly that floor.
+TORCH = os.environ.get("TORCH_XLA_TEST_TORCH", "torch==2.13.0")
+PLUGINS = ["cpu"]
+# Extra requirements a plugin's tests need beyond its own dependencies.
+PLUGIN_EXTRAS = {"template": ["lammps-jax-pjrt-cpu"]}
+
+nox.options.error_on_missing_interpreters = True
+nox.options.sessions = []  # choose explicitly: `nox -t tests -p 3.11`, `nox -s main`
+
+
+def install(session: nox.Session, *packages: str) -> None:
+    """Torch first (pinned), then our packages from this checkout, editable."""
+    session.install(TORCH, "pytest")
+    session.install(*(arg for p in packages for arg in ("-e", f"packages/{p}")))
+
+
+def pytest(session: nox.Session, *paths: str) -> None:
+    report = []
+    if os.environ.get("TORCH_XLA_JUNIT_DIR"):  # CI sums these into one closing line
+        report = [f"--junitxml={os.environ['TORCH_XLA_JUNIT_DIR']}/{session.name}.xml"]
+    session.run(
+        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *report, *paths, *session.posargs
+    )
+
+
+@nox.session(python=PYTHONS, tags=["tests"])
+def core(session: nox.Session) -> None:
+    install(session, "core", "plugin-cpu")
+    pytest(session, "packages/core/tests")
+
+
+def plugin_packages(plugin: str) -> list[str]:
+    return ["core", "plugin-cpu"] + ([] if plugin == "cpu" else [f"plugin-{plugin}"])
+
+
+@nox.session(python=PYTHONS, tags=["tests"])
+@nox.parametrize("plugin", PLUGINS)
+def plugin(session: nox.Session, plugin: str) -> None:
+    install(session, *plugin_packages(plugin))
+    if PLUGIN_EXTRAS.get(plugin):
+        session.install(*PLUGIN_EXTRAS[plugin])
+    pytest(session, f"packages/plugin-{plugin}/tests")
+
+
+@nox.session(python=PYTHONS, tags=["tests"])
+@nox.parametrize("plugin", PLUGINS)
+def device(session: nox.Session, plugin: str) -> None:
+    """Start the plugin's real device. Without its hardware this session is skipped."""
+    install(session, *plugin_packages(plugin))
+    if PLUGIN_EXTRAS.get(plugin):
+        session.install(*PLUGIN_EXTRAS[plugin])
+    probe = f"import torch_xla.plugins as p; print(p.get_plugin({plugin!r}).hardware_present())"
+    present = session.run("python", "-c", probe, silent=True).strip().splitlines()[-1]
+    if present != "True":
+        session.skip(f"no {plugin.upper()} hardware on this machine; nothing was tested")
+    session.run("torch-xla", "plugins", "--devices", env={"PJRT_DEVICE": plugin})
+
+
+@nox.session(python=PYTHONS, tags=["tests"])
+def integration(session: nox.Session) -> None:
+    install(session, "core", "plugin-cpu")
+    session.install("build", "hatchling")
+    pytest(session, "integration")
+
+
+@nox.session(python="3.11")
+def main(session: nox.Session) -> None:
+    """The main job: set up, then show the plugins and start the default device."""
+    install(session, "core", "plugin-cpu")
+    session.run("torch-xla", "plugins", "--devices")

@@ -1,0 +1,34 @@
+"""Shared fixtures of the core tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from torch_xla.plugins import registry
+
+
+@pytest.fixture
+def clean_registry(monkeypatch):
+    """An empty plugin registry for one test; the real one comes back afterwards."""
+    monkeypatch.setattr(registry, "_records", {})
+    monkeypatch.setattr(registry, "_active", None)
+    monkeypatch.delenv("PJRT_DEVICE", raising=False)
+    yield registry
+
+
+def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 120):
+    """Run `code` in a fresh interpreter (the PJRT client is one per process)."""
+    full_env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=timeout,
+    )
