@@ -17,9 +17,12 @@ import nox
 PYTHONS = ["3.10", "3.11", "3.12"]
 # torch 2.13.0 is the oldest torch the core supports; CI tests exactly that floor.
 TORCH = os.environ.get("TORCH_XLA_TEST_TORCH", "torch==2.13.0")
-PLUGINS = ["cpu"]
+# The jax/jaxlib release the suite is tested with (the core accepts newer ones).
+JAX = ["jax==0.10.2", "jaxlib==0.10.2"]
+PLUGINS = ["cpu", "tpu", "cuda", "neuron", "template"]
 # Extra requirements a plugin's tests need beyond its own dependencies.
-PLUGIN_EXTRAS = {"template": ["lammps-jax-pjrt-cpu"]}
+# The Neuron tests stand a real PJRT CPU library in for libneuronxla's.
+PLUGIN_EXTRAS = {"neuron": ["lammps-jax-pjrt-cpu"]}
 
 nox.options.error_on_missing_interpreters = True
 nox.options.sessions = []  # choose explicitly: `nox -t tests -p 3.11`, `nox -s main`
@@ -27,7 +30,7 @@ nox.options.sessions = []  # choose explicitly: `nox -t tests -p 3.11`, `nox -s 
 
 def install(session: nox.Session, *packages: str) -> None:
     """Torch first (pinned), then our packages from this checkout, editable."""
-    session.install(TORCH, "pytest")
+    session.install(TORCH, *JAX, "pytest")
     session.install(*(arg for p in packages for arg in ("-e", f"packages/{p}")))
 
 

@@ -17,6 +17,7 @@ def clean_registry(monkeypatch):
     """An empty plugin registry for one test; the real one comes back afterwards."""
     monkeypatch.setattr(registry, "_records", {})
     monkeypatch.setattr(registry, "_active", None)
+    monkeypatch.setattr(registry, "_discovered", True)  # installed plugins stay out
     monkeypatch.delenv("PJRT_DEVICE", raising=False)
     yield registry
 

@@ -221,6 +221,17 @@ def test_import_registers_installed_plugins():
     assert "CPU" in result.stdout
 
 
+def test_importing_a_plugin_package_before_torch_xla_is_fine():
+    result = run_python(
+        "import torch_xla_cpu\n"
+        "import torch_xla.plugins as p\n"
+        "print(type(p.get_plugin('cpu')).__name__)",
+        env={"PYTHONWARNINGS": "error"},
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "CpuPlugin"
+
+
 def test_xla_register_installed_plugins_0_turns_discovery_off():
     result = run_python(
         "import torch_xla.plugins as p; print(sorted(r.name for r in p.records()))",

@@ -1,13 +1,12 @@
 """torch-xla: PyTorch on XLA devices through PJRT plugins.
 
-Importing this package checks the torch version and registers the installed
-device plugins (unless XLA_REGISTER_INSTALLED_PLUGINS=0); nothing starts a
-device until a program asks for one.
+Importing this package checks the torch version. Installed device plugins
+are discovered on the first question asked of the plugin registry (unless
+XLA_REGISTER_INSTALLED_PLUGINS=0); nothing starts a device until a program
+asks for one.
 """
 
 from __future__ import annotations
-
-import os
 
 import torch
 
@@ -29,10 +28,5 @@ def check_torch_version(text: str = torch.__version__) -> None:
 
 
 check_torch_version()
-
-from torch_xla.plugins import registry as _registry  # noqa: E402
-
-if os.environ.get("XLA_REGISTER_INSTALLED_PLUGINS", "1") != "0":
-    _registry.register_installed_plugins()
 
 __all__ = ["__version__"]

@@ -42,10 +42,13 @@ class Client:
             self.devices: list[jax.Device] = jax.local_devices(backend=self.platform)
             self.global_devices: list[jax.Device] = jax.devices(self.platform)
         except Exception as error:
+            reason = f"{type(error).__name__}: {error}"
+            if isinstance(error, AssertionError) or not str(error).strip():
+                reason = f"jax created no backend for platform {self.platform!r} ({reason})"
             raise XlaRuntimeError(
-                f"The {name} plugin ({plugin!r}) could not create its PJRT client: "
-                f"{type(error).__name__}: {error}. Check that the device is present and "
-                f"its driver works, or choose another device with PJRT_DEVICE."
+                f"The {name} plugin ({plugin!r}) could not create its PJRT client: {reason}. "
+                "Check that the device is present and its driver works, or choose another "
+                "device with PJRT_DEVICE."
             ) from error
         self.compiled_once = False
 

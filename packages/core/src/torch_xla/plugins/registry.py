@@ -48,6 +48,19 @@ class PluginRecord:
 
 _records: dict[str, PluginRecord] = {}
 _active: PluginRecord | None = None
+# Installed plugins are discovered on the first question asked of the registry,
+# not while `torch_xla` is imported: a plugin package imports torch_xla itself,
+# and loading its entry point during that import would see it half-initialised.
+_discovered = False
+
+
+def _ensure_discovered() -> None:
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    if os.environ.get("XLA_REGISTER_INSTALLED_PLUGINS", "1") != "0":
+        register_installed_plugins()
 
 
 def canonical_name(name: str) -> str:
@@ -119,7 +132,7 @@ def register_installed_plugins(path: list[str] | None = None) -> list[PluginReco
         if (record := _load_entry_point(entry_point)).error is not None
     ]
     if failures:
-        warnings.warn(_failure_summary(failures), RuntimeWarning, stacklevel=2)
+        warnings.warn(_failure_summary(failures), RuntimeWarning, stacklevel=3)
     return failures
 
 
@@ -171,6 +184,7 @@ def _failure_summary(failures: list[PluginRecord]) -> str:
 
 def records() -> list[PluginRecord]:
     """All registered plugins, highest priority first, broken ones last."""
+    _ensure_discovered()
     return sorted(
         _records.values(),
         key=lambda r: (r.plugin is None, -(r.plugin.priority if r.plugin else 0), r.name),
@@ -180,6 +194,7 @@ def records() -> list[PluginRecord]:
 def record(name: str) -> PluginRecord:
     """The record for `name`, or a PluginError naming what is installed."""
     key = canonical_name(name)
+    _ensure_discovered()
     found = _records.get(key)
     if found is None:
         raise PluginError(

@@ -1,0 +1,60 @@
+"""Where the CUDA PJRT C API library is."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from torch_xla.plugins import PluginError
+
+LIBRARY_ENV = "GPU_LIBRARY_PATH"  # PyTorch/XLA's name for the override
+LIBRARY_FILE = "xla_cuda_plugin.so"
+
+# jax's PJRT packages, newest CUDA first: (module that ships the library, our pip extra).
+PJRT_PACKAGES = (
+    ("jax_plugins.xla_cuda13", "cuda13"),
+    ("jax_plugins.xla_cuda12", "cuda12"),
+)
+
+
+def find_library() -> str:
+    """`GPU_LIBRARY_PATH` if set, else the library of an installed jax-cuda1x-pjrt."""
+    override = os.environ.get(LIBRARY_ENV)
+    if override:
+        if not os.path.isfile(override):
+            raise PluginError(
+                f"{LIBRARY_ENV}={override!r} is not a file. Point it at {LIBRARY_FILE}, "
+                "or unset it to use the installed jax-cuda12-pjrt/jax-cuda13-pjrt."
+            )
+        return override
+    for module, extra in PJRT_PACKAGES:
+        directory = package_directory(module)
+        if directory is None:
+            continue
+        path = os.path.join(directory, LIBRARY_FILE)
+        if not os.path.isfile(path):
+            raise PluginError(
+                f"{module} is installed at {directory} but has no {LIBRARY_FILE}. "
+                f"Reinstall it, e.g. `pip install --force-reinstall 'torch-xla-cuda[{extra}]'`."
+            )
+        return path
+    raise PluginError(
+        "The CUDA plugin found no PJRT library: neither jax-cuda12-pjrt nor jax-cuda13-pjrt "
+        "is installed. Run `pip install 'torch-xla-cuda[cuda12]'` (CUDA 12 driver) or "
+        f"`pip install 'torch-xla-cuda[cuda13]'` (CUDA 13 driver), or set {LIBRARY_ENV} "
+        f"to the path of {LIBRARY_FILE}."
+    )
+
+
+def package_directory(module: str) -> str | None:
+    """The directory of an installed package, found without importing it.
+
+    Importing jax_plugins.xla_cuda1x would load the CUDA libraries.
+    """
+    try:
+        spec = importlib.util.find_spec(module)
+    except ModuleNotFoundError:  # the jax_plugins namespace itself is absent
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return list(spec.submodule_search_locations)[0]

@@ -1,0 +1,116 @@
+"""`CudaPlugin`: NVIDIA GPUs through jax's CUDA PJRT library."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from torch_xla.plugins import DevicePlugin, PluginError
+from torch_xla_cuda import devices, library
+
+FRACTION_ENV = "PJRT_ALLOCATOR_FRACTION"
+PREALLOCATE_ENV = "PJRT_ALLOCATOR_PREALLOCATE"
+CUDA_ASYNC_ENV = "PJRT_ALLOCATOR_CUDA_ASYNC"
+
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+class CudaPlugin(DevicePlugin):
+    """NVIDIA GPUs: one process per GPU under xmp.spawn, or one process owning all."""
+
+    priority = 200  # below TPU, above Neuron and the CPU
+
+    def __init__(
+        self, driver_gpus: str = devices.DRIVER_GPUS, nvidia_smi: str = "nvidia-smi"
+    ) -> None:
+        self.driver_gpus = driver_gpus  # tests point these at fake driver listings
+        self.nvidia_smi = nvidia_smi
+        self.local_rank = 0
+        self.local_world_size = 1
+
+    def library_path(self) -> str:
+        return library.find_library()
+
+    def physical_chip_count(self) -> int:
+        return devices.count_gpus(self.driver_gpus, self.nvidia_smi)
+
+    def configure_single_process(self) -> None:
+        self.local_rank, self.local_world_size = 0, 1
+
+    def configure_multiprocess(self, local_rank: int, local_world_size: int) -> None:
+        if not 0 <= local_rank < local_world_size:
+            raise PluginError(
+                f"CUDA process rank {local_rank} is outside 0..{local_world_size - 1}."
+            )
+        self.local_rank, self.local_world_size = local_rank, local_world_size
+
+    def client_create_options(self) -> dict[str, Any]:
+        """Options of the CUDA PJRT client (names as XLA's pjrt_c_api_gpu_internal.cc)."""
+        options: dict[str, Any] = {
+            "platform_name": "cuda",
+            "allocator": "cuda_async" if env_flag(CUDA_ASYNC_ENV) else "default",
+        }
+        fraction = env_fraction(FRACTION_ENV)
+        if fraction is not None:
+            options["memory_fraction"] = fraction
+        preallocate = env_flag(PREALLOCATE_ENV, default=None)
+        if preallocate is not None:
+            options["preallocate"] = preallocate
+        if self.local_world_size > 1:  # each process owns one GPU; alone, it uses all
+            options["visible_devices"] = [self.local_rank]
+        return options
+
+    def world_size(self) -> int:
+        """Processes in the whole job: `WORLD_SIZE` (torchrun, multi-host), else this host's
+        (known after `configure_multiprocess`, or from xmp.spawn's variable before it)."""
+        local = int_env("PJRT_LOCAL_PROCESS_COUNT", self.local_world_size)
+        return int_env("WORLD_SIZE", local)
+
+    def requires_xla_coordinator(self) -> bool:
+        return self.world_size() > 1  # GPUs of several processes meet through the coordinator
+
+    # --- policies (PyTorch/XLA's GPU special cases) -------------------------
+
+    def rng_algorithm(self) -> str:
+        return "philox"  # XLA:GPU's fast counter-based generator, PyTorch/XLA's GPU default
+
+    def autocast_dtype(self) -> torch.dtype:
+        return torch.float16  # as torch.autocast('cuda')
+
+
+def env_flag(name: str, default: bool | None = False) -> bool | None:
+    text = os.environ.get(name)
+    if text is None or not text.strip():
+        return default
+    word = text.strip().lower()
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise PluginError(f"{name}={text!r} is not a boolean; use one of {TRUE_WORDS + FALSE_WORDS}.")
+
+
+def env_fraction(name: str) -> float | None:
+    text = os.environ.get(name)
+    if text is None or not text.strip():
+        return None
+    try:
+        fraction = float(text)
+    except ValueError:
+        fraction = -1.0
+    if not 0.0 < fraction <= 1.0:
+        raise PluginError(f"{name}={text!r} is not a fraction in (0, 1], e.g. {name}=0.75.")
+    return fraction
+
+
+def int_env(name: str, default: int) -> int:
+    text = os.environ.get(name)
+    if text is None or not text.strip():
+        return default
+    try:
+        return int(text)
+    except ValueError:
+        raise PluginError(f"{name}={text!r} is not an integer.") from None
