@@ -11,6 +11,8 @@ Sessions (each in its own virtualenv, so every package is tested as installed):
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import nox
 
@@ -25,12 +27,23 @@ PLUGINS = ["cpu", "tpu", "cuda", "neuron", "template"]
 PLUGIN_EXTRAS = {"neuron": ["lammps-jax-pjrt-cpu"]}
 
 nox.options.error_on_missing_interpreters = True
+# uv makes a session's environment in seconds; plain virtualenv + pip when uv is absent.
+nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.sessions = []  # choose explicitly: `nox -t tests -p 3.11`, `nox -s main`
+
+
+def find_links() -> list[str]:
+    """Local wheel folders pip is configured with (uv does not read pip's settings)."""
+    folders = os.environ.get("PIP_FIND_LINKS") or subprocess.run(
+        [sys.executable, "-m", "pip", "config", "get", "global.find-links"],
+        capture_output=True, text=True, check=False,
+    ).stdout
+    return [arg for folder in folders.split() for arg in ("--find-links", folder)]
 
 
 def install(session: nox.Session, *packages: str) -> None:
     """Torch first (pinned), then our packages from this checkout, editable."""
-    session.install(TORCH, *JAX, "pytest")
+    session.install(*find_links(), TORCH, *JAX, "pytest")
     session.install(*(arg for p in packages for arg in ("-e", f"packages/{p}")))
 
 
@@ -58,7 +71,7 @@ def plugin_packages(plugin: str) -> list[str]:
 def plugin(session: nox.Session, plugin: str) -> None:
     install(session, *plugin_packages(plugin))
     if PLUGIN_EXTRAS.get(plugin):
-        session.install(*PLUGIN_EXTRAS[plugin])
+        session.install(*find_links(), *PLUGIN_EXTRAS[plugin])
     pytest(session, f"packages/plugin-{plugin}/tests")
 
 
@@ -68,7 +81,7 @@ def device(session: nox.Session, plugin: str) -> None:
     """Start the plugin's real device. Without its hardware this session is skipped."""
     install(session, *plugin_packages(plugin))
     if PLUGIN_EXTRAS.get(plugin):
-        session.install(*PLUGIN_EXTRAS[plugin])
+        session.install(*find_links(), *PLUGIN_EXTRAS[plugin])
     probe = f"import torch_xla.plugins as p; print(p.get_plugin({plugin!r}).hardware_present())"
     present = session.run("python", "-c", probe, silent=True).strip().splitlines()[-1]
     if present != "True":
