@@ -5,6 +5,7 @@ Sessions (each in its own virtualenv, so every package is tested as installed):
   plugin-<py>(plugin=NAME)     one plugin package's tests
   device-<py>(plugin=NAME)     start NAME's real device; skipped (not passed) without hardware
   integration-<py>             cross-package tests: wheels, real models, every installed plugin
+  lint                         ruff over the whole tree
   main                         the README's main job
 """
 
@@ -101,3 +102,10 @@ def main(session: nox.Session) -> None:
     """The main job: set up, then show the plugins and start the default device."""
     install(session, "core", "plugin-cpu")
     session.run("torch-xla", "plugins", "--devices")
+
+
+@nox.session(python="3.11", tags=["tests"])
+def lint(session: nox.Session) -> None:
+    """ruff over every package, tests and tools (settings in .ruff.toml)."""
+    session.install("ruff")
+    session.run("ruff", "check", ".")

@@ -1,4 +1,4 @@
-"""Build the core and CPU wheels, install them into a fresh venv, run discovery there."""
+"""Every package builds a wheel; core + CPU wheels install into a fresh venv and work there."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pathlib
 import subprocess
 import sys
 import venv
+import zipfile
 
 import pytest
 
@@ -14,13 +15,41 @@ ROOT = pathlib.Path(__file__).parents[1]
 TORCH = os.environ.get("TORCH_XLA_TEST_TORCH", "torch==2.13.0")
 
 
-def build_wheel(package: str, out: pathlib.Path) -> pathlib.Path:
+# package folder -> (distribution, import package, entry point or None)
+PACKAGES = {
+    "core": ("torch_xla_core", "torch_xla", None),
+    "plugin-cpu": ("torch_xla_cpu", "torch_xla_cpu", "cpu = torch_xla_cpu:CpuPlugin"),
+    "plugin-tpu": ("torch_xla_tpu", "torch_xla_tpu", "tpu = torch_xla_tpu:TpuPlugin"),
+    "plugin-cuda": ("torch_xla_cuda", "torch_xla_cuda", "cuda = torch_xla_cuda:CudaPlugin"),
+    "plugin-neuron": ("torch_xla_neuron", "torch_xla_neuron",
+                      "neuron = torch_xla_neuron:NeuronPlugin"),
+    "plugin-template": ("torch_xla_plugin_template", "torch_xla_plugin_template",
+                        "template = torch_xla_plugin_template:TemplatePlugin"),
+}
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGES))
+def test_every_package_builds_a_wheel_with_its_module_and_entry_point(package, tmp_path):
+    distribution, module, entry_point = PACKAGES[package]
+    wheel = build_wheel(package, tmp_path, distribution)
+    names = zipfile.ZipFile(wheel).namelist()
+    assert f"{module}/__init__.py" in names
+    assert not any(n.startswith(("tests/", "src/")) for n in names), names
+    (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")] or [None]
+    if entry_point is not None:
+        text = zipfile.ZipFile(wheel).read(entry_points).decode()
+        assert "[torch_xla.plugins]" in text and entry_point in text
+
+
+def build_wheel(package: str, out: pathlib.Path, distribution: str | None = None
+                ) -> pathlib.Path:
     subprocess.run(
         [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(out),
          str(ROOT / "packages" / package)],
         check=True, capture_output=True, text=True,
     )
-    (wheel,) = out.glob(f"torch_xla_{package.removeprefix('plugin-')}-*.whl")
+    distribution = distribution or PACKAGES[package][0]
+    (wheel,) = out.glob(f"{distribution}-*.whl")
     return wheel
 
 
