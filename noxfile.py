@@ -3,7 +3,7 @@
 Sessions (each in its own virtualenv, so every package is tested as installed):
   core-<py>                    the core package's tests
   plugin-<py>(plugin=NAME)     one plugin package's tests
-  device-<py>(plugin=NAME)     start NAME's real device; skipped (not passed) without hardware
+  conformance-<py>(plugin=NAME) the conformance kit on NAME's device; skipped without hardware
   integration-<py>             cross-package tests: wheels, real models, every installed plugin
   lint                         ruff over the whole tree
   main                         the README's main job
@@ -48,12 +48,13 @@ def install(session: nox.Session, *packages: str) -> None:
     session.install(*(arg for p in packages for arg in ("-e", f"packages/{p}")))
 
 
-def pytest(session: nox.Session, *paths: str) -> None:
+def pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None) -> None:
     report = []
     if os.environ.get("TORCH_XLA_JUNIT_DIR"):  # CI sums these into one closing line
         report = [f"--junitxml={os.environ['TORCH_XLA_JUNIT_DIR']}/{session.name}.xml"]
     session.run(
-        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *report, *paths, *session.posargs
+        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *report, *paths, *session.posargs,
+        env=env,
     )
 
 
@@ -78,8 +79,8 @@ def plugin(session: nox.Session, plugin: str) -> None:
 
 @nox.session(python=PYTHONS, tags=["tests"])
 @nox.parametrize("plugin", PLUGINS)
-def device(session: nox.Session, plugin: str) -> None:
-    """Start the plugin's real device. Without its hardware this session is skipped."""
+def conformance(session: nox.Session, plugin: str) -> None:
+    """The conformance kit on NAME's real device. Without its hardware: skipped, not passed."""
     install(session, *plugin_packages(plugin))
     if PLUGIN_EXTRAS.get(plugin):
         session.install(*find_links(), *PLUGIN_EXTRAS[plugin])
@@ -88,20 +89,23 @@ def device(session: nox.Session, plugin: str) -> None:
     if present != "True":
         session.skip(f"no {plugin.upper()} hardware on this machine; nothing was tested")
     session.run("torch-xla", "plugins", "--devices", env={"PJRT_DEVICE": plugin})
+    pytest(session, "--pyargs", "torch_xla.testing.conformance", env={"PJRT_DEVICE": plugin})
 
 
 @nox.session(python=PYTHONS, tags=["tests"])
 def integration(session: nox.Session) -> None:
     install(session, "core", "plugin-cpu")
-    session.install("build", "hatchling")
+    session.install("build", "hatchling", "scikit-learn")
     pytest(session, "integration")
 
 
 @nox.session(python="3.11")
 def main(session: nox.Session) -> None:
-    """The main job: set up, then show the plugins and start the default device."""
+    """The main job: train a CNN on scikit-learn's digits on the default plugin (the CPU)."""
     install(session, "core", "plugin-cpu")
-    session.run("torch-xla", "plugins", "--devices")
+    session.install("scikit-learn")  # ships the digits data set: no download
+    session.run("torch-xla", "plugins")
+    session.run("python", "examples/train_digits.py", *session.posargs)
 
 
 @nox.session(python="3.11", tags=["tests"])

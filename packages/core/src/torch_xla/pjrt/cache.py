@@ -11,7 +11,6 @@ import dataclasses
 import hashlib
 import os
 import pickle
-import tempfile
 import warnings
 from typing import Any
 
@@ -19,6 +18,7 @@ import jax
 from jax.experimental import serialize_executable
 
 from torch_xla import _metrics
+from torch_xla._atomic import atomic_write
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,19 +81,3 @@ def store(key: str, compiled: Any) -> None:
         return
     data = pickle.dumps(serialize_executable.serialize(compiled))
     atomic_write(_entry_path(key), data)
-
-
-def atomic_write(path: str, data: bytes) -> None:
-    """Write `data` to `path` so readers see the old file or the new one, never a mix."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

@@ -1,0 +1,126 @@
+"""MNIST CNN, batch 128, SGD with momentum: eager CPU vs torch-xla vs the same step in JAX.
+
+python bench/mnist_cnn.py [--steps 30]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+
+import jax
+import jax.numpy as jnp
+import torch
+import torch.nn.functional as F
+from common import report, steps_per_second, xla_host_cost
+from torch import nn
+
+import torch_xla.core.xla_model as xm  # before any backward: autograd sizes its device queues
+
+BATCH, LR, MOMENTUM = 128, 0.01, 0.5
+
+
+class MNIST(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 10, kernel_size=5)
+        self.bn1 = nn.BatchNorm2d(10)
+        self.conv2 = nn.Conv2d(10, 20, kernel_size=5)
+        self.bn2 = nn.BatchNorm2d(20)
+        self.fc1 = nn.Linear(320, 50)
+        self.fc2 = nn.Linear(50, 10)
+
+    def forward(self, x):
+        x = self.bn1(F.relu(F.max_pool2d(self.conv1(x), 2)))
+        x = self.bn2(F.relu(F.max_pool2d(self.conv2(x), 2)))
+        x = F.relu(self.fc1(torch.flatten(x, 1)))
+        return F.log_softmax(self.fc2(x), dim=1)
+
+
+def torch_step(model, opt, x, y):
+    opt.zero_grad()
+    F.nll_loss(model(x), y).backward()
+    opt.step()
+
+
+# --- the same step, written directly in JAX --------------------------------------------
+
+
+def _conv(x, w, b):
+    out = jax.lax.conv_general_dilated(
+        x, w, (1, 1), "VALID", dimension_numbers=("NCHW", "OIHW", "NCHW")
+    )
+    return out + b[None, :, None, None]
+
+
+def _pool(x):
+    return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 1, 2, 2), (1, 1, 2, 2), "VALID")
+
+
+def _bn(x, g, b):
+    mean = x.mean(axis=(0, 2, 3), keepdims=True)
+    var = x.var(axis=(0, 2, 3), keepdims=True)
+    return (x - mean) / jnp.sqrt(var + 1e-5) * g[None, :, None, None] + b[None, :, None, None]
+
+
+def jax_loss(p, x, y):
+    x = _bn(
+        jax.nn.relu(_pool(_conv(x, p["conv1.weight"], p["conv1.bias"]))),
+        p["bn1.weight"],
+        p["bn1.bias"],
+    )
+    x = _bn(
+        jax.nn.relu(_pool(_conv(x, p["conv2.weight"], p["conv2.bias"]))),
+        p["bn2.weight"],
+        p["bn2.bias"],
+    )
+    x = jax.nn.relu(x.reshape(x.shape[0], -1) @ p["fc1.weight"].T + p["fc1.bias"])
+    logp = jax.nn.log_softmax(x @ p["fc2.weight"].T + p["fc2.bias"])
+    return -jnp.take_along_axis(logp, y[:, None], axis=1).mean()
+
+
+@jax.jit
+def jax_step(params, velocity, x, y):
+    grads = jax.grad(jax_loss)(params, x, y)
+    velocity = jax.tree.map(lambda v, g: MOMENTUM * v + g, velocity, grads)
+    params = jax.tree.map(lambda p, v: p - LR * v, params, velocity)
+    return params, velocity
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=30)
+    steps = parser.parse_args().steps
+    torch.manual_seed(0)
+    x, y = torch.randn(BATCH, 1, 28, 28), torch.randint(0, 10, (BATCH,))
+    base = MNIST()
+
+    eager = copy.deepcopy(base)
+    eager_opt = torch.optim.SGD(eager.parameters(), lr=LR, momentum=MOMENTUM)
+    eager_sps = steps_per_second(lambda: torch_step(eager, eager_opt, x, y), lambda: None, 3, steps)
+
+    device = xm.xla_device()
+    model = copy.deepcopy(base).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
+    xd, yd = x.to(device), y.to(device)
+
+    def xla_step():
+        torch_step(model, opt, xd, yd)
+        xm.mark_step()
+
+    xla_sps = steps_per_second(xla_step, xm.wait_device_ops, 3, steps)
+    host = xla_host_cost(lambda: torch_step(model, opt, xd, yd))
+
+    params = {k: jnp.asarray(v.detach().numpy()) for k, v in base.named_parameters()}
+    state = [params, jax.tree.map(jnp.zeros_like, params)]
+    jx, jy = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
+
+    def floor_step():
+        state[:] = jax_step(state[0], state[1], jx, jy)
+
+    floor_sps = steps_per_second(floor_step, lambda: jax.block_until_ready(state), 3, steps)
+    report("mnist_cnn b128 sgd-momentum", eager_sps, xla_sps, floor_sps, host)
+
+
+if __name__ == "__main__":
+    main()

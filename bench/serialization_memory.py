@@ -1,0 +1,66 @@
+"""Peak host memory of xm.save against torch_xla.utils.serialization.save.
+
+Each method runs in its own process on a model of about 400 MB (ten 40 MB
+tensors), moved to the XLA device and synchronised before saving. We report
+how much the process's peak resident memory grows during the save. On the CPU
+plugin device memory is host memory too, so the baseline (model on device)
+is subtracted.
+
+    python bench/serialization_memory.py [--megabytes 400]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+CHILD = """
+import os, resource, sys, torch
+import torch_xla.core.xla_model as xm
+import torch_xla.utils.serialization as xser
+
+megabytes, method, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+device = xm.xla_device()
+per_tensor = megabytes * 2**20 // 10 // 4
+state = {{f"layer{{i}}.weight": torch.randn(per_tensor).to(device) for i in range(10)}}
+xm.mark_step()
+xm.wait_device_ops()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+(xm.save if method == "xm.save" else xser.save)(state, path)
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print((after - before) / 1024)
+"""
+
+
+def peak_growth_mb(method: str, megabytes: int) -> float:
+    with tempfile.TemporaryDirectory() as folder:
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                textwrap.dedent(CHILD.format()),
+                str(megabytes),
+                method,
+                f"{folder}/ckpt",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    return float(out.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--megabytes", type=int, default=400)
+    args = parser.parse_args()
+    for method in ("xm.save", "xser.save"):
+        growth = peak_growth_mb(method, args.megabytes)
+        print(f"{method:10s} model {args.megabytes} MB: peak host memory grew {growth:7.1f} MB")
+
+
+if __name__ == "__main__":
+    main()

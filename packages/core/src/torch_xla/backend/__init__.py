@@ -1,0 +1,45 @@
+"""The `xla` device: PyTorch's PrivateUse1 backend renamed, with its guard, hooks,
+device module (`torch.xla`) and factory kernels.
+
+`register()` runs once, when `torch_xla` is imported; it creates no PJRT client.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torch_xla.backend import factories
+from torch_xla.backend.device_module import XlaDeviceModule
+
+NAME = "xla"
+_registered = False
+
+
+class _Hooks(torch._C._acc.PrivateUse1Hooks):
+    def is_available(self) -> bool:
+        return True
+
+    def has_primary_context(self, dev_id: int) -> bool:
+        return True
+
+    def is_built(self) -> bool:
+        return True
+
+
+class _Guard(torch._C._acc.DeviceGuard):
+    def type_(self):
+        return torch._C._autograd.DeviceType.PrivateUse1
+
+
+def register() -> None:
+    """Make `torch.device('xla', n)` an XLA device of this package (idempotent)."""
+    global _registered
+    if _registered:
+        return
+    if torch._C._get_privateuse1_backend_name() != NAME:
+        torch.utils.rename_privateuse1_backend(NAME)
+    torch._register_device_module(NAME, XlaDeviceModule())
+    torch._C._acc.register_python_privateuseone_hook(_Hooks())
+    torch._C._acc.register_python_privateuseone_device_guard(_Guard())
+    factories.register()
+    _registered = True

@@ -1,0 +1,94 @@
+"""PrivateUse1 kernels for the ATen factories that dispatch on a device, not a tensor.
+
+`empty` makes a lazy zero-filled tensor (it is nearly always overwritten); the
+other factories are recorded like any op when they have a lowering and run on
+the CPU otherwise, instead of taking ATen's `empty` + `out=` route.
+"""
+
+from __future__ import annotations
+
+import torch
+
+aten = torch.ops.aten
+_library: torch.library.Library | None = None
+
+FACTORIES = (
+    "arange",
+    "arange.start",
+    "arange.start_step",
+    "full",
+    "zeros",
+    "ones",
+    "scalar_tensor",
+    "linspace",
+    "logspace",
+    "eye",
+    "eye.m",
+    "randperm",
+    "rand",
+    "randn",
+    "randint",
+    "randint.low",
+)
+
+
+def _index(device) -> int:
+    return (torch.device(device).index or 0) if device is not None else 0
+
+
+def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
+    from torch_xla.lazy import functional, rules
+
+    dtype = dtype or torch.get_default_dtype()
+    return functional.wrap(rules.full(tuple(size), dtype, 0, _index(device)))
+
+
+def zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
+    """Autograd's zero tensors (`_efficientzerotensor`): real zeros here."""
+    return empty(size, dtype=dtype, device=device)
+
+
+def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory=None):
+    return empty(size, dtype=dtype, device=device)
+
+
+def copy_from(src, dst, non_blocking=False):
+    """`dst.copy_(src)` when ATen's CPU copy hands a CPU -> xla copy to the backend."""
+    from torch_xla.lazy import functional, rules
+
+    src_inner = functional.unwrap(src) if torch._is_functional_tensor(src) else src
+    if dst.device.type == "cpu":
+        return dst.copy_(rules.to_cpu(src_inner) if src.device.type == "xla" else src_inner)
+    inner = functional.unwrap(dst) if torch._is_functional_tensor(dst) else dst
+    inner._set(*rules.copy_value(inner, src_inner).value)
+    return dst
+
+
+def _factory(op):
+    def kernel(*args, **kwargs):
+        from torch_xla.lazy import dispatch, functional
+
+        return functional.wrap(dispatch.run_factory(op, args, kwargs))
+
+    return kernel
+
+
+def _overload(name: str):
+    packet, _, overload = name.partition(".")
+    return getattr(getattr(aten, packet), overload or "default")
+
+
+def register() -> None:
+    global _library
+    if _library is not None:
+        return
+    _library = torch.library.Library("aten", "IMPL")
+    _library.impl("empty.memory_format", empty, "PrivateUse1")
+    _library.impl("empty_strided", empty_strided, "PrivateUse1")
+    _library.impl("_copy_from", copy_from, "PrivateUse1")
+    _library.impl("_efficientzerotensor", zeros, "PrivateUse1")
+    for name in FACTORIES:
+        _library.impl(name, _factory(_overload(name)), "PrivateUse1")
+    from torch_xla.backend import foreach
+
+    foreach.register(_library)

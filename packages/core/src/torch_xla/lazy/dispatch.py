@@ -1,0 +1,196 @@
+"""What happens to one ATen op on XLA tensors: record it, decompose it, or run it on the CPU.
+
+The choice is made once per overload and kept in `_rules`. Recording is the hot
+path: it flattens the arguments without pytree, looks the output shapes up in a
+cache keyed by (op, static args, input shapes/dtypes, scalar types) and only on
+a miss runs the op on meta tensors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+from torch.utils import _pytree as pytree
+
+from torch_xla.lazy import fallback, ir, rules
+from torch_xla.lazy.tensor import XLATensor
+
+aten = torch.ops.aten
+Rule = Callable[[OpOverload, tuple, dict], Any]
+
+_rules: dict[OpOverload, Rule] = {}
+_FALLBACK = object()  # shape-cache entry: the op cannot be recorded for these inputs
+_shape_cache: dict[tuple, Any] = {}
+_SLOTS = [ir.Slot(i) for i in range(64)]
+
+
+def run(func: OpOverload, args: tuple, kwargs: dict) -> Any:
+    rule = _rules.get(func)
+    if rule is None:
+        rule = _rules[func] = choose_rule(func)
+    return rule(func, args, kwargs)
+
+
+def choose_rule(func: OpOverload) -> Rule:
+    special = rules.SPECIAL.get(func)
+    if special is not None:
+        return special
+    if _mutates(func):
+        inplace = rules.inplace_as_functional(func)
+        return inplace if inplace is not None else fallback.run_cpu  # out= variants
+    lowering = rules.lookup(func)
+    if lowering is not None:
+        lift = rules.lift_plan(func)
+        if lift:
+            return lambda f, a, k: record(f, lowering, *rules.lift(lift, a, k))
+        return lambda f, a, k: record(f, lowering, a, k)
+    decomposition = rules.decompositions().get(func)
+    if decomposition is not None:
+        return lambda f, a, k: decomposition(*a, **k)
+    if func._schema.name.startswith("aten::_foreach_"):
+        looped = rules.foreach_as_loop(func)
+        if looped is not None:
+            return looped
+    if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
+        return lambda f, a, k: f.decompose(*a, **k)
+    return fallback.run_cpu
+
+
+def _mutates(func: OpOverload) -> bool:
+    return any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments)
+
+
+# --- recording ----------------------------------------------------------------
+
+
+def _slot(i: int) -> ir.Slot:
+    return _SLOTS[i] if i < len(_SLOTS) else ir.Slot(i)
+
+
+def _flat(a: Any, tensors: list, types: list) -> Any:
+    """`a` with tensors replaced by slots (appended to `tensors`), lists made tuples."""
+    if isinstance(a, torch.Tensor):
+        tensors.append(a)
+        return _slot(len(tensors) - 1)
+    t = type(a)
+    if t is list or t is tuple:
+        return tuple([_flat(x, tensors, types) for x in a])
+    if t is rules.Lifted:
+        tensors.append(a)
+        return _slot(len(tensors) - 1)
+    types.append(t)
+    return a
+
+
+def not_xla_error(t: torch.Tensor) -> RuntimeError:
+    return RuntimeError(
+        f"Input tensor is not an XLA tensor: {t.type()} on {t.device} with shape "
+        f"{tuple(t.shape)}. Move it to the XLA device first, e.g. `t.to(xm.xla_device())`."
+    )
+
+
+def input_values(tensors: list, device: int | None) -> tuple[list, int]:
+    """The IR values of the op's tensor arguments and the device they live on."""
+    if device is None:
+        for t in tensors:
+            if type(t) is XLATensor:
+                device = t._node.device
+                break
+        else:
+            device = 0
+    values = []
+    for t in tensors:
+        if type(t) is rules.Lifted:
+            t = rules.device_scalar(t.value, _scalar_dtype(tensors), device)
+        elif type(t) is not XLATensor:
+            t = rules.as_xla(t, device)
+        elif t._node.device != device:
+            raise RuntimeError(
+                f"Expected all tensors on the same device, found xla:{device} and "
+                f"xla:{t._node.device}. Move one with `.to(...)`."
+            )
+        values.append((t._node, t._index))
+    return values, device
+
+
+def _scalar_dtype(tensors: list) -> torch.dtype:
+    """A lifted scalar computes in its op's floating dtype (float32 for halves), as ATen does."""
+    for t in tensors:
+        if type(t) is XLATensor:
+            dtype = t.dtype
+            if dtype.is_floating_point or dtype.is_complex:
+                return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+            break
+    return torch.get_default_dtype()
+
+
+def _device_arg(kwargs: dict) -> int | None:
+    device = kwargs.get("device")
+    if device is None:
+        return None
+    return torch.device(device).index or 0
+
+
+def record(func: OpOverload, lowering, args: tuple, kwargs: dict) -> Any:
+    tensors: list = []
+    types: list = []
+    template = _flat(args, tensors, types)
+    kw_template = tuple([(k, _flat(v, tensors, types)) for k, v in kwargs.items()])
+    values, device = input_values(tensors, _device_arg(kwargs) if "device" in kwargs else None)
+    key = (func, template, kw_template, tuple([n.avals[i] for n, i in values]), tuple(types))
+    entry = _shape_cache.get(key)
+    if entry is None:
+        entry = _shape_cache[key] = _infer(func, args, kwargs, key)
+    if entry is _FALLBACK:
+        return fallback.run_cpu(func, args, kwargs)
+    avals, structure, key_hash = entry
+    node = ir.Node(func, lowering, (template, kw_template), values, avals, device, key_hash)
+    return wrap(node, structure)
+
+
+def wrap(node: ir.Node, structure: Any) -> Any:
+    if structure is None:
+        return XLATensor(node, 0)
+    return structure(None if a is None else XLATensor(node, i) for i, a in enumerate(node.avals))
+
+
+def _to_meta(a: Any) -> Any:
+    if type(a) is rules.Lifted:
+        return a.value
+    if isinstance(a, torch.Tensor):
+        return torch.empty(a.shape, dtype=a.dtype, device="meta")
+    if isinstance(a, torch.device):
+        return torch.device("meta")
+    return a
+
+
+def _infer(func: OpOverload, args: tuple, kwargs: dict, key: tuple) -> Any:
+    """(output avals, output container type or None, hash) from running on meta tensors."""
+    margs, mkwargs = pytree.tree_map(
+        _to_meta, (args, kwargs), is_leaf=lambda a: type(a) is rules.Lifted
+    )
+    if "device" in mkwargs:
+        mkwargs["device"] = torch.device("meta")
+    try:
+        out = func(*margs, **mkwargs)
+    except Exception:  # data-dependent shape, no meta kernel, or a user error the CPU reports
+        return _FALLBACK
+    if isinstance(out, torch.Tensor):
+        return ((tuple(out.shape), out.dtype),), None, hash(key)
+    if isinstance(out, (tuple, list)) and all(
+        o is None or isinstance(o, torch.Tensor) for o in out
+    ):
+        avals = tuple(None if o is None else (tuple(o.shape), o.dtype) for o in out)
+        return avals, type(out), hash(key)
+    return _FALLBACK
+
+
+def run_factory(func: OpOverload, args: tuple, kwargs: dict) -> Any:
+    """A factory called with an xla `device=`: recorded if lowered, else made on the CPU."""
+    lowering = rules.lookup(func)
+    if lowering is None:
+        return fallback.run_cpu(func, args, kwargs)
+    return record(func, lowering, args, kwargs)

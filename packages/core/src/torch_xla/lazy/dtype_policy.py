@@ -1,0 +1,42 @@
+"""Which dtype the device stores for each torch dtype (XLA_USE_BF16 & co).
+
+Tensors always report their PyTorch dtype; only the device buffer uses the
+reduced type. The flags are read once, when the engine first loads.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import torch
+
+from torch_xla.lowering import dtypes
+
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "0") not in ("", "0")
+
+
+def _storage_table() -> dict[torch.dtype, np.dtype]:
+    table = dict(dtypes.TORCH_TO_JAX)
+    bf16 = table[torch.bfloat16]
+    if _flag("XLA_USE_BF16"):  # every float is stored as bfloat16
+        table[torch.float32] = bf16
+        table[torch.float64] = bf16
+    elif _flag("XLA_DOWNCAST_BF16"):  # float32 -> bf16, float64 -> float32
+        table[torch.float32] = bf16
+        table[torch.float64] = np.dtype(np.float32)
+    if _flag("XLA_USE_32BIT_LONG"):
+        table[torch.int64] = np.dtype(np.int32)
+    return table
+
+
+STORAGE: dict[torch.dtype, np.dtype] = _storage_table()
+NATIVE: dict[torch.dtype, np.dtype] = dict(dtypes.TORCH_TO_JAX)
+# The torch dtypes whose storage differs from their natural jax dtype.
+REDUCED: frozenset[torch.dtype] = frozenset(t for t, j in STORAGE.items() if NATIVE[t] != j)
+
+
+def storage(dtype: torch.dtype) -> np.dtype:
+    return STORAGE[dtype]

@@ -1,0 +1,69 @@
+"""Ops without a lowering run on the CPU: inputs are computed and copied to the host,
+the op runs eagerly, and its results come back as device data. Each run counts
+`aten::<op>` in the metrics, as PyTorch/XLA does, so a slow step can be explained.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch._ops import OpOverload
+from torch.utils import _pytree as pytree
+
+from torch_xla import _metrics
+from torch_xla.lazy import rules, transfer
+from torch_xla.lazy.tensor import XLATensor
+
+
+def run_cpu(func: OpOverload, args: tuple, kwargs: dict) -> Any:
+    _metrics.counter(func._schema.name).inc()
+    flat, spec = pytree.tree_flatten((args, kwargs))
+    xla = [a for a in flat if type(a) is XLATensor]
+    for a in flat:
+        if isinstance(a, torch.Tensor) and type(a) is not XLATensor and a.dim() > 0:
+            if not torch._is_functional_tensor(a):
+                from torch_xla.lazy.dispatch import not_xla_error
+
+                raise not_xla_error(a)
+    device = xla[0]._node.device if xla else _device_of(kwargs)
+    rules.materialize(xla)
+    host = {id(t): transfer.to_host(t._node.array, t.dtype) for t in xla}
+    cpu_flat = [host[id(a)] if type(a) is XLATensor else _cpu_arg(a) for a in flat]
+    cargs, ckwargs = pytree.tree_unflatten(cpu_flat, spec)
+    out = func(*cargs, **ckwargs)
+    _write_back(func, flat, cpu_flat)
+    by_id = {id(c): a for a, c in zip(flat, cpu_flat, strict=False) if type(a) is XLATensor}
+    return pytree.tree_map(lambda o: _to_xla(o, device, by_id), out)
+
+
+def _cpu_arg(a: Any) -> Any:
+    if isinstance(a, torch.device) and a.type == "xla":
+        return torch.device("cpu")
+    if isinstance(a, torch.Tensor) and torch._is_functional_tensor(a):
+        torch._sync(a)
+        return _cpu_arg(torch._from_functional_tensor(a))
+    return a
+
+
+def _device_of(kwargs: dict) -> int:
+    device = kwargs.get("device")
+    return (torch.device(device).index or 0) if device is not None else 0
+
+
+def _to_xla(o: Any, device: int, by_id: dict) -> Any:
+    if not isinstance(o, torch.Tensor):
+        return o
+    if id(o) in by_id:  # an in-place/out= op returned its (already written back) argument
+        return by_id[id(o)]
+    return XLATensor(rules.data(transfer.to_device(o, device), o.dtype, device))
+
+
+def _write_back(func: OpOverload, flat: list, cpu_flat: list) -> None:
+    """Arguments the op wrote to (out=, in-place) take their new value."""
+    if not any(a.alias_info is not None and a.alias_info.is_write for a in func._schema.arguments):
+        return
+    for a, c in zip(flat, cpu_flat, strict=False):
+        if type(a) is XLATensor and c is not a:
+            device = a._node.device
+            a._set(rules.data(transfer.to_device(c, device), c.dtype, device))

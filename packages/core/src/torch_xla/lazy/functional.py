@@ -1,0 +1,41 @@
+"""The functionalization wrapper every user-visible XLA tensor lives in.
+
+PyTorch's `FunctionalTensorWrapper` (the C++ class PyTorch/XLA uses too) turns
+views and in-place ops into functional ops before they reach `XLATensor`, and
+writes results back to every alias, so the engine only ever records pure ops.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from torch_xla.lazy.tensor import XLATensor
+
+_FUNCTIONALIZE = torch._C.DispatchKey.Functionalize
+
+
+def inside_functionalization() -> bool:
+    """True when called under a functionalization kernel, which wraps results itself."""
+    return torch._C._dispatch_tls_is_dispatch_key_excluded(_FUNCTIONALIZE)
+
+
+def wrap(inner: XLATensor) -> torch.Tensor:
+    """The user-visible tensor for a fresh engine tensor."""
+    if inside_functionalization():
+        return inner
+    return torch._to_functional_tensor(inner)
+
+
+def unwrap(t: torch.Tensor) -> XLATensor:
+    """The engine tensor holding `t`'s current value (pending view updates applied)."""
+    if type(t) is XLATensor:
+        return t
+    if not torch._is_functional_tensor(t):
+        raise TypeError(f"expected an XLA tensor, got a {t.type()} on {t.device}")
+    torch._sync(t)
+    inner = torch._from_functional_tensor(t)
+    if type(inner) is not XLATensor:
+        raise TypeError(
+            f"expected an XLA tensor, got a functional {inner.type()} on {inner.device}"
+        )
+    return inner

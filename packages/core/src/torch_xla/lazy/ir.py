@@ -1,0 +1,85 @@
+"""IR nodes of the lazy graph, hashed structurally and incrementally as they are created.
+
+A node is one ATen op applied to the outputs of other nodes. Device data is a leaf
+node holding a jax array. A node's hash covers its op, its static arguments, its
+inputs' hashes and its outputs' shapes and dtypes, never data, so equal programs
+hash equally however many times they are traced.
+"""
+
+from __future__ import annotations
+
+import os
+import traceback
+from typing import Any
+
+import jax
+
+# A node output's abstract value: (shape, torch dtype).
+Aval = tuple[tuple[int, ...], Any]
+
+IR_DEBUG = os.environ.get("XLA_IR_DEBUG", "0") not in ("", "0")
+
+
+class Node:
+    """One recorded op; `inputs` are (node, output index) pairs."""
+
+    __slots__ = ("op", "rule", "template", "inputs", "avals", "hash", "device", "location")
+
+    def __init__(self, op, rule, template, inputs, avals, device: int, key_hash: int) -> None:
+        self.op = op  # the ATen OpOverload (or an engine op name)
+        self.rule = rule  # the lowering callable, or None for data
+        self.template = template  # hashable args with tensors replaced by `Slot`s
+        self.inputs = inputs
+        self.avals = avals  # tuple of Aval, one per output (None for a None output)
+        self.device = device
+        self.hash = hash((key_hash, tuple((n.hash, i) for n, i in inputs)))
+        self.location = user_location() if IR_DEBUG else None
+
+    def __repr__(self) -> str:
+        return f"Node({self.op}, avals={self.avals})"
+
+
+class Data(Node):
+    """A leaf: a jax array already on the device."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: jax.Array, aval: Aval, device: int) -> None:
+        self.op = "xla::device_data"
+        self.rule = None
+        self.template = ()
+        self.inputs = ()
+        self.avals = (aval,)
+        self.device = device
+        self.hash = hash(("data", aval))
+        self.location = None
+        self.array = array
+
+
+class Slot:
+    """Placeholder for the i-th tensor argument inside a node's static template."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Slot and other.index == self.index
+
+    def __hash__(self) -> int:
+        return hash((Slot, self.index))
+
+    def __repr__(self) -> str:
+        return f"%{self.index}"
+
+
+_OWN_DIRS = (os.sep + "torch" + os.sep, os.sep + "torch_xla" + os.sep, os.sep + "jax" + os.sep)
+
+
+def user_location() -> str | None:
+    """`file:line` of the innermost frame that belongs to neither torch, jax nor torch_xla."""
+    for frame in reversed(traceback.extract_stack()):
+        if not any(d in frame.filename for d in _OWN_DIRS):
+            return f"{frame.filename}:{frame.lineno}" + (f" ({frame.line})" if frame.line else "")
+    return None

@@ -1,0 +1,96 @@
+"""The XLA tensor: a wrapper subclass on `xla:N` that holds an IR value, and its dispatch.
+
+The user never sees this class directly: every XLA tensor a program holds is
+PyTorch's functionalization wrapper around one of these (see `functional.py`),
+so views and in-place ops arrive here already rewritten into functional ops.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+
+from torch_xla import _metrics
+from torch_xla.lazy import ir
+
+_DEVICES: dict[int, torch.device] = {}
+
+# Every live XLA tensor (for DestroyXlaTensor) and the ones holding pending IR.
+_live: dict[int, weakref.ref] = {}
+_pending: dict[int, weakref.ref] = {}
+_counter = _metrics.counter  # looked up per event: clear_counters() replaces the objects
+
+
+def _on_destroy(ref: weakref.ref) -> None:
+    key = id(ref)
+    _live.pop(key, None)
+    _pending.pop(key, None)
+    _counter("DestroyXlaTensor").value += 1
+
+
+def torch_device(index: int) -> torch.device:
+    found = _DEVICES.get(index)
+    if found is None:
+        found = _DEVICES[index] = torch.device("xla", index)
+    return found
+
+
+class XLATensor(torch.Tensor):
+    """Holds output `_index` of IR node `_node` (device data once computed)."""
+
+    __torch_function__ = torch._C._disabled_torch_function_impl
+
+    @staticmethod
+    def __new__(cls, node: ir.Node, index: int = 0):
+        shape, dtype = node.avals[index]
+        t = torch.Tensor._make_wrapper_subclass(
+            cls, shape, dtype=dtype, device=torch_device(node.device)
+        )
+        t._node = node
+        t._index = index
+        t._ref = ref = weakref.ref(t, _on_destroy)
+        _live[id(ref)] = ref
+        if node.rule is not None:
+            _pending[id(ref)] = ref
+        _counter("CreateXlaTensor").value += 1
+        return t
+
+    def _set(self, node: ir.Node, index: int = 0) -> None:
+        """Point this tensor at another value of the same shape and dtype."""
+        self._node, self._index = node, index
+        if node.rule is not None:
+            _pending[id(self._ref)] = self._ref
+
+    @property
+    def value(self) -> tuple[ir.Node, int]:
+        return self._node, self._index
+
+    def __repr__(self) -> str:
+        return f"XLATensor({self._node.op}, shape={tuple(self.shape)}, dtype={self.dtype})"
+
+    @classmethod
+    def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
+        from torch_xla.lazy import dispatch
+
+        return dispatch.run(func, args, kwargs or {})
+
+
+def pending_tensors() -> list[XLATensor]:
+    """Live tensors whose value is still IR, in creation order."""
+    found = []
+    for key, ref in list(_pending.items()):
+        t = ref()
+        if t is None or t._node.rule is None:
+            _pending.pop(key, None)
+        else:
+            found.append(t)
+    return found
+
+
+def live_tensors() -> list[XLATensor]:
+    return [t for t in (ref() for ref in list(_live.values())) if t is not None]
+
+
+def forget_pending() -> None:
+    _pending.clear()

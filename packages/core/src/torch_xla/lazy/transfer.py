@@ -1,0 +1,52 @@
+"""Host <-> device copies between torch CPU tensors and jax arrays, under the dtype policy."""
+
+from __future__ import annotations
+
+import jax
+import ml_dtypes
+import numpy as np
+import torch
+
+from torch_xla.lazy import dtype_policy
+from torch_xla.pjrt.client import client
+
+# torch dtypes numpy cannot hold natively: moved through an integer view of equal width.
+_BIT_VIEWS = {torch.bfloat16: (torch.int16, np.dtype(ml_dtypes.bfloat16))}
+for _name in ("float8_e4m3fn", "float8_e5m2"):
+    if hasattr(torch, _name):
+        _BIT_VIEWS[getattr(torch, _name)] = (torch.int8, np.dtype(getattr(ml_dtypes, _name)))
+
+
+def to_numpy(t: torch.Tensor) -> np.ndarray:
+    t = t.detach().resolve_conj().resolve_neg()
+    view = _BIT_VIEWS.get(t.dtype)
+    if view is not None:
+        return t.contiguous().view(view[0]).numpy().view(view[1])
+    return t.numpy()
+
+
+def from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    view = _BIT_VIEWS.get(dtype)
+    if view is not None and array.dtype == view[1]:
+        bits = np.array(array, copy=True).view(np.dtype(f"int{8 * array.itemsize}"))
+        return torch.from_numpy(bits).view(dtype)  # a copy: `array` may alias a device buffer
+    if array.dtype != dtype_policy.NATIVE[dtype]:  # a reduced storage type: back to torch's
+        return from_numpy(
+            array.astype(dtype_policy.NATIVE[dtype])
+            if dtype not in _BIT_VIEWS
+            else array.astype(_BIT_VIEWS[dtype][1]),
+            dtype,
+        )
+    return torch.from_numpy(np.array(array, copy=True))
+
+
+def to_device(t: torch.Tensor, index: int) -> jax.Array:
+    array = to_numpy(t)
+    wanted = dtype_policy.STORAGE[t.dtype]
+    # A copy either way: the CPU client may alias host memory, and the tensor may change.
+    array = array.astype(wanted) if array.dtype != wanted else np.array(array, copy=True)
+    return client().to_device(array, index)
+
+
+def to_host(array: jax.Array, dtype: torch.dtype) -> torch.Tensor:
+    return from_numpy(client().to_host(array), dtype)

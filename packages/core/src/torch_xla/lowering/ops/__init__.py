@@ -1,0 +1,1 @@
+"""One module per op group; each registers its lowerings with `registry.register`."""

@@ -1,0 +1,215 @@
+"""Random ops. Each receives `rng=`: a raw uint32[2] JAX PRNG key (jax.random.PRNGKey).
+
+The bit streams differ from torch's; distributions match.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from torch_xla.lowering import dtypes
+from torch_xla.lowering.ops._common import aten, int_list, jax_dtype, upcast
+from torch_xla.lowering.registry import register
+
+
+def _float_dtype(dtype) -> np.dtype:
+    return jax_dtype(dtype, dtypes.default_float())
+
+
+def _uniform(rng, shape, dtype, low=0.0, high=1.0):
+    """Uniform in [low, high), sampled in float32 at least so half types are not biased."""
+    c = upcast(dtype) if dtypes.is_floating(dtype) else np.dtype(np.float64)
+    u = jax.random.uniform(rng, tuple(shape), c, low, high)
+    return u.astype(dtype)
+
+
+def _normal(rng, shape, dtype):
+    c = upcast(dtype)
+    return jax.random.normal(rng, tuple(shape), c)
+
+
+@register(aten.bernoulli.default, needs_rng=True)
+def bernoulli(x, *, generator=None, rng):
+    return (_uniform(rng, x.shape, upcast(x.dtype)) < x).astype(x.dtype)
+
+
+@register(aten.bernoulli.p, aten.bernoulli.Tensor, needs_rng=True)
+def bernoulli_p(x, p=0.5, *, generator=None, rng):
+    return (_uniform(rng, x.shape, np.float32) < p).astype(x.dtype)
+
+
+@register(aten.native_dropout.default, needs_rng=True)
+def native_dropout(x, p, train, *, rng):
+    if not train or p == 0:
+        return x, jnp.ones(x.shape, bool)
+    keep = _uniform(rng, x.shape, np.float32) >= p
+    scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
+    c = upcast(x.dtype)
+    return jnp.where(keep, x.astype(c) * scale, 0).astype(x.dtype), keep
+
+
+@register(aten.native_dropout_backward.default)
+def native_dropout_backward(grad, mask, scale):
+    from torch_xla.lowering.ops.elementwise import mul
+
+    return mul(mul(grad, mask), scale)
+
+
+@register(aten.rand.default, aten.rand.generator, needs_rng=True)
+def rand(size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None, rng):
+    return _uniform(rng, int_list(size), _float_dtype(dtype))
+
+
+@register(aten.randn.default, aten.randn.generator, needs_rng=True)
+def randn(size, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
+          rng):
+    dtype = _float_dtype(dtype)
+    return _normal(rng, int_list(size), dtype).astype(dtype)
+
+
+@register(aten.rand_like.default, aten.rand_like.generator, needs_rng=True)
+def rand_like(x, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
+              memory_format=None, rng):
+    return _uniform(rng, x.shape, jax_dtype(dtype, x.dtype))
+
+
+@register(aten.randn_like.default, aten.randn_like.generator, needs_rng=True)
+def randn_like(x, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
+               memory_format=None, rng):
+    dtype = jax_dtype(dtype, x.dtype)
+    return _normal(rng, x.shape, dtype).astype(dtype)
+
+
+def _randint(rng, low, high, shape, dtype):
+    values = jax.random.randint(rng, tuple(shape), low, high, dtype=np.int64)
+    return values.astype(dtype)
+
+
+@register(aten.randint.default, aten.randint.generator, needs_rng=True)
+def randint(high, size, *, generator=None, dtype=None, layout=None, device=None,
+            pin_memory=None, rng):
+    return _randint(rng, 0, high, int_list(size), jax_dtype(dtype, np.int64))
+
+
+@register(aten.randint.low, aten.randint.low_generator, needs_rng=True)
+def randint_low(low, high, size, *, generator=None, dtype=None, layout=None, device=None,
+                pin_memory=None, rng):
+    return _randint(rng, low, high, int_list(size), jax_dtype(dtype, np.int64))
+
+
+@register(aten.randint_like.default, aten.randint_like.Tensor, aten.randint_like.generator,
+          aten.randint_like.Tensor_generator, needs_rng=True)
+def randint_like(x, high, *, generator=None, dtype=None, layout=None, device=None,
+                 pin_memory=None, memory_format=None, rng):
+    return _randint(rng, 0, high, x.shape, jax_dtype(dtype, x.dtype))
+
+
+@register(aten.randint_like.low_dtype, aten.randint_like.low_generator_dtype, needs_rng=True)
+def randint_like_low(x, low, high, *, generator=None, dtype=None, layout=None, device=None,
+                     pin_memory=None, memory_format=None, rng):
+    return _randint(rng, low, high, x.shape, jax_dtype(dtype, x.dtype))
+
+
+@register(aten.uniform.default, needs_rng=True)
+def uniform(x, from_=0.0, to=1.0, *, generator=None, rng):
+    return _uniform(rng, x.shape, x.dtype, from_, to)
+
+
+@register(aten.normal_functional.default, needs_rng=True)
+def normal_functional(x, mean=0.0, std=1.0, *, generator=None, rng):
+    return (_normal(rng, x.shape, x.dtype) * std + mean).astype(x.dtype)
+
+
+@register(aten.normal.Tensor_float, needs_rng=True)
+def normal_tensor_float(mean, std=1.0, *, generator=None, rng):
+    return (_normal(rng, mean.shape, mean.dtype) * std + mean).astype(mean.dtype)
+
+
+@register(aten.normal.float_Tensor, needs_rng=True)
+def normal_float_tensor(mean, std, *, generator=None, rng):
+    return (_normal(rng, std.shape, std.dtype) * std + mean).astype(std.dtype)
+
+
+@register(aten.normal.Tensor_Tensor, needs_rng=True)
+def normal_tensor_tensor(mean, std, *, generator=None, rng):
+    shape = jnp.broadcast_shapes(mean.shape, std.shape)
+    dtype = dtypes.result_type(mean, std)
+    return (_normal(rng, shape, dtype) * std + mean).astype(dtype)
+
+
+@register(aten.normal.float_float, needs_rng=True)
+def normal_float_float(mean, std, size, *, generator=None, dtype=None, layout=None,
+                       device=None, pin_memory=None, rng):
+    dtype = _float_dtype(dtype)
+    return (_normal(rng, int_list(size), dtype) * std + mean).astype(dtype)
+
+
+@register(aten.randperm.default, aten.randperm.generator, needs_rng=True)
+def randperm(n, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
+             rng):
+    return jax.random.permutation(rng, n).astype(jax_dtype(dtype, np.int64))
+
+
+@register(aten.exponential.default, needs_rng=True)
+def exponential(x, lambd=1.0, *, generator=None, rng):
+    c = upcast(x.dtype)
+    return (jax.random.exponential(rng, x.shape, c) / lambd).astype(x.dtype)
+
+
+@register(aten.cauchy.default, needs_rng=True)
+def cauchy(x, median=0.0, sigma=1.0, *, generator=None, rng):
+    c = upcast(x.dtype)
+    return (jax.random.cauchy(rng, x.shape, c) * sigma + median).astype(x.dtype)
+
+
+@register(aten.log_normal.default, needs_rng=True)
+def log_normal(x, mean=1.0, std=2.0, *, generator=None, rng):
+    return jnp.exp(_normal(rng, x.shape, x.dtype) * std + mean).astype(x.dtype)
+
+
+@register(aten.geometric.default, needs_rng=True)
+def geometric(x, p, *, generator=None, rng):
+    u = jax.random.uniform(rng, x.shape, np.float64, minval=np.finfo(np.float64).tiny)
+    return jnp.ceil(jnp.log(u) / np.log1p(-p)).astype(x.dtype)
+
+
+def _random_range(dtype):
+    """[0, high) for random_() without bounds: the mantissa range for floats."""
+    if dtype == np.bool_:
+        return 2
+    if dtypes.is_floating(dtype):
+        return 2 ** (jnp.finfo(dtype).nmant + 1) + 1
+    return int(jnp.iinfo(dtype).max) + 1 if jnp.iinfo(dtype).max < 2**63 - 1 else 2**63 - 1
+
+
+@register(aten.random.default, needs_rng=True)
+def random_(x, *, generator=None, rng):
+    return _randint(rng, 0, _random_range(x.dtype), x.shape, x.dtype)
+
+
+@register(aten.random.to, needs_rng=True)
+def random_to(x, to, *, generator=None, rng):
+    return _randint(rng, 0, to, x.shape, x.dtype)
+
+
+@register(getattr(aten.random, "from"), needs_rng=True)
+def random_from(x, from_, to=None, *, generator=None, rng):
+    high = _random_range(x.dtype) if to is None else to
+    return _randint(rng, from_, high, x.shape, x.dtype)
+
+
+@register(aten.multinomial.default, needs_rng=True)
+def multinomial(probs, num_samples, replacement=False, *, generator=None, rng):
+    logits = jnp.log(probs.astype(upcast(probs.dtype)))
+    if replacement:
+        shape = probs.shape[:-1] + (num_samples,)
+        batch_logits = jnp.expand_dims(logits, -2)
+        draws = jax.random.categorical(rng, batch_logits, axis=-1,
+                                       shape=probs.shape[:-1] + (num_samples,))
+        return draws.reshape(shape).astype(np.int64)
+    # Without replacement: the Gumbel top-k trick samples k distinct categories.
+    gumbel = jax.random.gumbel(rng, probs.shape, logits.dtype)
+    _, indices = jax.lax.top_k(logits + gumbel, num_samples)
+    return indices.astype(np.int64)

@@ -1,0 +1,98 @@
+"""The xla device: names, transfers, modules, printing, saving, and mixing errors."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+import torch
+from torch import nn
+
+import torch_xla
+import torch_xla.core.xla_model as xm
+
+from .helpers import assert_close
+
+
+def test_device_names(device):
+    assert device == torch.device("xla", 0)
+    assert str(xm.xla_device()) == "xla:0"
+    assert torch_xla.device() == torch.device("xla:0")
+    assert str(torch.device("xla", 0)) == "xla:0"
+
+
+def test_missing_device_index_is_a_clear_error():
+    with pytest.raises(RuntimeError, match="xla:7 does not exist"):
+        xm.xla_device(7)
+
+
+def test_to_device_and_back(device):
+    cpu = torch.randn(3, 4)
+    x = cpu.to(device)
+    assert x.device == device and x.shape == cpu.shape and x.dtype == cpu.dtype
+    back = x.cpu()
+    assert back.device.type == "cpu" and not torch._is_functional_tensor(back)
+    assert torch.equal(back, cpu)
+
+
+def test_factories_on_device(device):
+    assert_close(torch.zeros(2, 3, device=device), torch.zeros(2, 3))
+    assert_close(torch.ones(4, device=device, dtype=torch.int32), torch.ones(4, dtype=torch.int32))
+    assert_close(torch.full((2,), 7.5, device=device), torch.full((2,), 7.5))
+    assert_close(torch.arange(5, device=device), torch.arange(5))
+    assert_close(torch.arange(1.0, 2.0, 0.25, device=device), torch.arange(1.0, 2.0, 0.25))
+    assert torch.randn(3, 5, device=device).shape == (3, 5)
+    assert_close(torch.tensor([1, 2], device=device), torch.tensor([1, 2]))
+
+
+def test_module_to_device(device):
+    torch.manual_seed(0)
+    ref = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    model.load_state_dict(ref.state_dict())
+    model.to(device)
+    assert all(p.device == device and isinstance(p, nn.Parameter) for p in model.parameters())
+    x = torch.randn(5, 4)
+    assert_close(model(x.to(device)), ref(x))
+
+
+def test_print_shows_values_and_device(device):
+    text = repr(torch.tensor([1.5, 2.0]).to(device))
+    assert "1.5000" in text and "device='xla:0'" in text
+
+
+def test_item_and_bool(device):
+    x = torch.tensor([3.0, 4.0]).to(device)
+    assert x.sum().item() == 7.0
+    assert bool((x > 3).any())
+    assert not bool((x > 5).any())
+
+
+def test_save_and_load_of_cpu_copies(device):
+    x = torch.randn(3, 3).to(device) * 2
+    buffer = io.BytesIO()
+    torch.save({"x": x.cpu()}, buffer)
+    buffer.seek(0)
+    loaded = torch.load(buffer)
+    assert torch.equal(loaded["x"], x.cpu())
+
+
+def test_mixing_cpu_tensor_raises(device):
+    x = torch.randn(2, 3).to(device)
+    with pytest.raises(
+        RuntimeError, match=r"Input tensor is not an XLA tensor.*torch\.FloatTensor"
+    ):
+        x + torch.randn(2, 3)
+    with pytest.raises(RuntimeError, match=r"Input tensor is not an XLA tensor.*torch\.LongTensor"):
+        torch.randn(2, 3).to(device).mul(torch.ones(2, 3, dtype=torch.long))
+
+
+def test_mixing_with_requires_grad_raises_before_autograd(device):
+    w = torch.randn(3, 3, requires_grad=True).to(device)
+    with pytest.raises(RuntimeError, match="Input tensor is not an XLA tensor"):
+        (w @ torch.randn(3, 3)).sum().backward()
+
+
+def test_zero_dim_cpu_tensor_mixes_like_a_scalar(device):
+    x = torch.tensor([1.0, 2.0])
+    assert_close(x.to(device) * torch.tensor(3.0), x * torch.tensor(3.0))

@@ -1,0 +1,95 @@
+"""Dtypes round-trip exactly and compute like eager; XLA_USE_BF16 & co store reduced types."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from .helpers import assert_close, run_python
+
+DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.bfloat16,
+    torch.float16,
+    torch.int8,
+    torch.int16,
+    torch.int32,
+    torch.int64,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+]
+
+
+def _sample(dtype):
+    if dtype == torch.bool:
+        return torch.tensor([True, False, True])
+    if dtype.is_complex:
+        return torch.tensor([1 + 2j, -3.5 + 0.25j], dtype=dtype)
+    if dtype.is_floating_point:
+        return torch.tensor([1.5, -2.25, 3e-3, 1e4], dtype=dtype)
+    info = torch.iinfo(dtype)
+    return torch.tensor([info.min, -1 if info.min < 0 else 0, 7, info.max], dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_round_trip_is_exact(device, dtype):
+    x = _sample(dtype)
+    back = x.to(device).cpu()
+    assert back.dtype == dtype
+    assert torch.equal(back, x)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_compute_matches_eager(device, dtype):
+    x = _sample(dtype)
+    if dtype == torch.bool:
+        assert_close(x.to(device) & ~x.to(device), x & ~x)
+        return
+    assert_close(x.to(device) + x.to(device), x + x)
+    assert_close(x.to(device) * 2, x * 2)
+
+
+def test_float64_is_really_64_bit(device):
+    x = torch.tensor([1.0 + 1e-12], dtype=torch.float64)
+    assert (x.to(device) - 1).item() == pytest.approx(1e-12, rel=1e-3)
+
+
+def test_cast_matches_eager(device):
+    x = torch.tensor([1.7, -2.5, 300.0, 0.0])
+    for dtype in (torch.int32, torch.int16, torch.bfloat16, torch.float64, torch.bool):
+        assert_close(x.to(device).to(dtype), x.to(dtype))
+    # Negative or out-of-range floats to uint8 are undefined in C++; compare in range only.
+    y = torch.tensor([1.7, 250.2, 0.0])
+    assert_close(y.to(device).to(torch.uint8), y.to(torch.uint8))
+
+
+FLAGS_CODE = """
+    import torch, torch_xla
+    from torch_xla.lazy import functional
+    d = torch_xla.device()
+    f = torch.tensor([1.0, 1.0 + 2 ** -10]).to(d)
+    d64 = torch.tensor([1.0], dtype=torch.float64).to(d)
+    i = torch.tensor([5]).to(d)
+    arr = lambda t: functional.unwrap(t)
+    torch_xla.sync()
+    print(f.dtype, d64.dtype, i.dtype)
+    print(arr(f)._node.array.dtype, arr(d64)._node.array.dtype, arr(i)._node.array.dtype)
+    print((f * 2).cpu().tolist(), (i + 1).cpu().dtype)
+"""
+
+
+@pytest.mark.parametrize(
+    "flag, stored, values",
+    [
+        ("XLA_USE_BF16", "bfloat16 bfloat16 int64", [2.0, 2.0]),
+        ("XLA_DOWNCAST_BF16", "bfloat16 float32 int64", [2.0, 2.0]),
+        ("XLA_USE_32BIT_LONG", "float32 float64 int32", [2.0, 2.0 + 2**-9]),
+    ],
+)
+def test_dtype_flags_store_reduced_types_but_report_torch_dtypes(flag, stored, values):
+    lines = run_python(FLAGS_CODE, env={flag: "1"}).strip().splitlines()
+    assert lines[-3] == "torch.float32 torch.float64 torch.int64"
+    assert lines[-2] == stored
+    assert lines[-1] == f"{values} torch.int64"

@@ -1,0 +1,122 @@
+"""Autograd and optimizers on the xla device give eager CPU's parameters."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+import torch_xla.core.xla_model as xm
+
+from .helpers import assert_close
+from .models import MNIST, TinyTransformer, lm_loss, mnist_batch, mnist_loss, token_batch
+
+# float32 graphs are fused and reordered by XLA; 5 optimizer steps stay within this of eager.
+TOLERANCE = {"rtol": 1e-4, "atol": 1e-4}
+# Adam divides by sqrt(v) + eps: for a gradient near zero, float32 rounding differences are
+# amplified up to lr (1e-3) per step, so a few elements may differ by a fraction of lr.
+ADAM_TOLERANCE = {"rtol": 1e-3, "atol": 5e-4}
+
+OPTIMIZERS = {
+    "sgd_momentum": lambda ps, foreach: torch.optim.SGD(ps, lr=0.05, momentum=0.9, foreach=foreach),
+    "adam": lambda ps, foreach: torch.optim.Adam(ps, lr=1e-3, foreach=foreach),
+    "adamw": lambda ps, foreach: torch.optim.AdamW(ps, lr=1e-3, weight_decay=0.1, foreach=foreach),
+}
+WORKLOADS = {
+    "cnn": (MNIST, mnist_batch, mnist_loss),
+    "transformer": (TinyTransformer, token_batch, lm_loss),
+}
+
+
+def _train_both(device, workload, optimizer, foreach, steps=5):
+    make_model, make_batch, loss_fn = WORKLOADS[workload]
+    torch.manual_seed(0)
+    eager = make_model()
+    lazy = copy.deepcopy(eager).to(device)
+    eager_opt = OPTIMIZERS[optimizer](eager.parameters(), foreach)
+    lazy_opt = OPTIMIZERS[optimizer](lazy.parameters(), foreach)
+    losses = []
+    for _ in range(steps):
+        x, y = make_batch()
+        for model, opt, dev in ((eager, eager_opt, "cpu"), (lazy, lazy_opt, device)):
+            opt.zero_grad()
+            loss = loss_fn(model, x.to(dev), y.to(dev))
+            loss.backward()
+            opt.step()
+            if dev != "cpu":
+                xm.mark_step()
+            losses.append(loss.detach())
+    return eager, lazy, losses
+
+
+# CI runs these; the full workload x optimizer x foreach matrix runs with `-m slow`.
+CI_CASES = {
+    ("cnn", "sgd_momentum", True),
+    ("cnn", "adam", False),
+    ("transformer", "adamw", True),
+    ("transformer", "sgd_momentum", False),
+}
+CASES = [
+    pytest.param(
+        w,
+        o,
+        f,
+        marks=() if (w, o, f) in CI_CASES else pytest.mark.slow,
+        id=f"{w}-{o}-{'foreach' if f else 'for-loop'}",
+    )
+    for w in sorted(WORKLOADS)
+    for o in sorted(OPTIMIZERS)
+    for f in (False, True)
+]
+
+
+@pytest.mark.parametrize("workload, optimizer, foreach", CASES)
+def test_optimizer_matches_eager_after_5_steps(device, workload, optimizer, foreach):
+    eager, lazy, losses = _train_both(device, workload, optimizer, foreach)
+    tolerance = TOLERANCE if optimizer.startswith("sgd") else ADAM_TOLERANCE
+    for (name, p), q in zip(eager.named_parameters(), lazy.parameters(), strict=False):
+        assert_close(q, p.detach(), **tolerance, msg=lambda m, name=name: f"{name}: {m}")
+    for (name, b), c in zip(eager.named_buffers(), lazy.buffers(), strict=False):
+        assert_close(c, b, **TOLERANCE, msg=lambda m, name=name: f"buffer {name}: {m}")
+    for e, lz in zip(losses[0::2], losses[1::2], strict=False):
+        assert_close(lz, e, **TOLERANCE)
+
+
+@pytest.mark.parametrize("workload", sorted(WORKLOADS))
+def test_training_loop_hits_the_cache_every_step(device, metrics, workload):
+    make_model, make_batch, loss_fn = WORKLOADS[workload]
+    torch.manual_seed(0)
+    model = make_model().to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    uncached, cached = [], []
+    for _ in range(6):
+        x, y = make_batch()
+        opt.zero_grad()
+        loss_fn(model, x.to(device), y.to(device)).backward()
+        opt.step()
+        xm.mark_step()
+        uncached.append(metrics.counter_value("UncachedCompile"))
+        cached.append(metrics.counter_value("CachedCompile") or 0)
+    # The first steps compile (step 1 creates optimizer state); from step 3 on, hits only.
+    assert uncached[2:] == [uncached[2]] * 4
+    assert [b - a for a, b in zip(cached[2:], cached[3:], strict=False)] == [1, 1, 1]
+    assert not [n for n in metrics.counter_names() if n.startswith("aten::")]
+
+
+def test_autograd_grad_matches_eager(device):
+    torch.manual_seed(0)
+    w = torch.randn(4, 3, requires_grad=True)
+    x = torch.randn(5, 4)
+    wx = w.detach().to(device).requires_grad_()
+    (g,) = torch.autograd.grad((x @ w).tanh().pow(2).sum(), w)
+    (gx,) = torch.autograd.grad((x.to(device) @ wx).tanh().pow(2).sum(), wx)
+    assert gx.device == device
+    assert_close(gx, g, **TOLERANCE)
+
+
+def test_backward_accumulates_into_leaf_grad(device):
+    w = torch.tensor([1.0, 2.0, 3.0]).to(device).requires_grad_()
+    (w * w).sum().backward()
+    (3 * w).sum().backward()
+    assert_close(w.grad, torch.tensor([5.0, 7.0, 9.0]))

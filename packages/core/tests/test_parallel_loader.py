@@ -1,0 +1,130 @@
+"""MpDeviceLoader / ParallelLoader: batches arrive on the device, in order, every epoch."""
+
+from __future__ import annotations
+
+import gc
+import threading
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
+import torch_xla.distributed.parallel_loader as pl
+from torch_xla.utils.utils import SampleGenerator
+
+
+@pytest.fixture
+def device():
+    return xm.xla_device()
+
+
+def make_loader(batches: int = 5, batch_size: int = 4) -> DataLoader:
+    x = torch.arange(batches * batch_size * 3, dtype=torch.float32).reshape(-1, 3)
+    y = torch.arange(batches * batch_size)
+    return DataLoader(TensorDataset(x, y), batch_size=batch_size, shuffle=False)
+
+
+def loader_threads() -> int:
+    return sum(1 for t in threading.enumerate() if "_read_host" in t.name or "_transfer" in t.name)
+
+
+def test_batches_arrive_on_the_device_in_order_and_equal_to_the_host(device):
+    loader = make_loader()
+    got = [(x.device, x.cpu(), y.cpu()) for x, y in pl.MpDeviceLoader(loader, device)]
+    want = list(loader)
+    assert len(got) == len(want) == 5
+    for (dev, x, y), (wx, wy) in zip(got, want, strict=True):
+        assert dev == device
+        torch.testing.assert_close(x, wx, rtol=0, atol=0)
+        torch.testing.assert_close(y, wy, rtol=0, atol=0)
+
+
+def test_nested_batches_keep_their_structure(device):
+    data = [{"image": torch.ones(2, 2), "meta": (torch.zeros(1), "name")}] * 2
+    (first, second) = list(pl.MpDeviceLoader(data, device))
+    assert first["image"].device == device and first["meta"][0].device == device
+    assert first["meta"][1] == "name"
+    assert second["image"].cpu().sum().item() == 4
+
+
+def test_re_iterates_every_epoch_and_closes_its_threads(device):
+    mp_loader = pl.MpDeviceLoader(make_loader(batches=3), device)
+    assert len(mp_loader) == 3
+    for _ in range(3):
+        assert [y.cpu()[0].item() for _, y in mp_loader] == [0, 4, 8]
+    deadline = time.time() + 5
+    while loader_threads() and time.time() < deadline:
+        time.sleep(0.05)
+    assert loader_threads() == 0
+
+
+def test_breaking_out_early_then_closing_stops_the_threads(device):
+    iterator = iter(pl.MpDeviceLoader(make_loader(batches=50), device, loader_prefetch_size=2,
+                                      device_prefetch_size=1))
+    next(iterator)
+    iterator.close()
+    assert loader_threads() == 0
+
+
+def test_dropping_the_iterator_after_a_break_stops_the_threads(device):
+    for _ in pl.MpDeviceLoader(make_loader(batches=50), device, device_prefetch_size=1):
+        break
+    gc.collect()
+    deadline = time.time() + 5
+    while loader_threads() and time.time() < deadline:
+        time.sleep(0.05)
+    assert loader_threads() == 0
+
+
+def test_mark_step_every_batches_per_execution(device):
+    met.clear_all()
+    before = met.counter_value("MarkStep") or 0
+    for _ in pl.MpDeviceLoader(make_loader(batches=6), device, batches_per_execution=2):
+        pass
+    # after batches 2 and 4 (before handing out 3 and 5), and once at the end
+    assert (met.counter_value("MarkStep") or 0) - before == 3
+
+
+def test_a_failing_dataset_raises_in_the_training_loop(device):
+    def broken():
+        yield torch.ones(2)
+        raise OSError("disk went away")
+
+    class Broken:
+        def __iter__(self):
+            return broken()
+
+        def __len__(self):
+            return 2
+
+    iterator = iter(pl.MpDeviceLoader(Broken(), device))
+    assert next(iterator).device == device
+    with pytest.raises(OSError, match="disk went away"):
+        next(iterator)
+    assert loader_threads() == 0
+
+
+def test_parallel_loader_per_device_loader_and_bad_arguments(device):
+    para = pl.ParallelLoader(make_loader(batches=2), [device])
+    per_device = para.per_device_loader(device)
+    assert len(per_device) == 2
+    assert len(list(per_device)) == 2
+    with pytest.raises(ValueError, match="batches_per_execution must be >= 1"):
+        pl.ParallelLoader(make_loader(), [device], batches_per_execution=0)
+    with pytest.raises(ValueError, match="not one of this loader's devices"):
+        pl.ParallelLoader(make_loader(), [device]).per_device_loader("xla:7")
+
+
+def test_sample_generator_is_fake_data_for_a_fixed_number_of_steps(device):
+    data = (torch.zeros(8, 1, 28, 28), torch.zeros(8, dtype=torch.int64))
+    fake = SampleGenerator(data, sample_count=3)
+    assert len(fake) == 3
+    assert [b is data for b in fake] == [True, True, True]
+    assert len(list(fake)) == 3  # a new pass each time
+    batches = list(pl.MpDeviceLoader(fake, device))
+    assert len(batches) == 3 and batches[0][0].shape == (8, 1, 28, 28)
+    with pytest.raises(ValueError):
+        SampleGenerator(data, -1)
