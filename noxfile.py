@@ -23,6 +23,8 @@ TORCH = os.environ.get("TORCH_XLA_TEST_TORCH", "torch==2.13.0")
 # The jax/jaxlib release the suite is tested with (the core accepts newer ones).
 JAX = ["jax==0.10.2", "jaxlib==0.10.2"]
 PLUGINS = ["cpu", "tpu", "cuda", "neuron", "template"]
+# Test extras of our packages (installed with the package).
+EXTRAS = {"core": "[test]"}
 # Extra requirements a plugin's tests need beyond its own dependencies.
 # The Neuron tests stand a real PJRT CPU library in for libneuronxla's.
 PLUGIN_EXTRAS = {"neuron": ["lammps-jax-pjrt-cpu"]}
@@ -45,7 +47,7 @@ def find_links() -> list[str]:
 def install(session: nox.Session, *packages: str) -> None:
     """Torch first (pinned), then our packages from this checkout, editable."""
     session.install(*find_links(), TORCH, *JAX, "pytest")
-    session.install(*(arg for p in packages for arg in ("-e", f"packages/{p}")))
+    session.install(*(arg for p in packages for arg in ("-e", f"packages/{p}{EXTRAS.get(p, '')}")))
 
 
 def pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None) -> None:

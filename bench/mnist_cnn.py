@@ -13,28 +13,11 @@ import jax.numpy as jnp
 import torch
 import torch.nn.functional as F
 from common import report, steps_per_second, xla_host_cost
-from torch import nn
 
 import torch_xla.core.xla_model as xm  # before any backward: autograd sizes its device queues
+from torch_xla.testing.models import MNIST
 
 BATCH, LR, MOMENTUM = 128, 0.01, 0.5
-
-
-class MNIST(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv1 = nn.Conv2d(1, 10, kernel_size=5)
-        self.bn1 = nn.BatchNorm2d(10)
-        self.conv2 = nn.Conv2d(10, 20, kernel_size=5)
-        self.bn2 = nn.BatchNorm2d(20)
-        self.fc1 = nn.Linear(320, 50)
-        self.fc2 = nn.Linear(50, 10)
-
-    def forward(self, x):
-        x = self.bn1(F.relu(F.max_pool2d(self.conv1(x), 2)))
-        x = self.bn2(F.relu(F.max_pool2d(self.conv2(x), 2)))
-        x = F.relu(self.fc1(torch.flatten(x, 1)))
-        return F.log_softmax(self.fc2(x), dim=1)
 
 
 def torch_step(model, opt, x, y):

@@ -2,9 +2,10 @@
 
 Each method runs in its own process on a model of about 400 MB (ten 40 MB
 tensors), moved to the XLA device and synchronised before saving. We report
-how much the process's peak resident memory grows during the save. On the CPU
-plugin device memory is host memory too, so the baseline (model on device)
-is subtracted.
+how much the process's peak resident memory (VmHWM, reset just before the
+save) rises above its resident size at the start of the save. On the CPU
+plugin device memory is host memory too; the baseline already holds it.
+Linux only (/proc/self/clear_refs).
 
     python bench/serialization_memory.py [--megabytes 400]
 """
@@ -18,20 +19,27 @@ import tempfile
 import textwrap
 
 CHILD = """
-import os, resource, sys, torch
+import os, sys, torch
 import torch_xla.core.xla_model as xm
 import torch_xla.utils.serialization as xser
 
 megabytes, method, path = int(sys.argv[1]), sys.argv[2], sys.argv[3]
 device = xm.xla_device()
 per_tensor = megabytes * 2**20 // 10 // 4
-state = {{f"layer{{i}}.weight": torch.randn(per_tensor).to(device) for i in range(10)}}
+state = {{f"layer{{i}}.weight": torch.randn(per_tensor, device=device) for i in range(10)}}
 xm.mark_step()
 xm.wait_device_ops()
-before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+def status_kb(field):
+    for line in open("/proc/self/status"):
+        if line.startswith(field):
+            return int(line.split()[1])
+
+with open("/proc/self/clear_refs", "w") as f:
+    f.write("5")  # reset the peak (VmHWM) to the current resident size
+before = status_kb("VmRSS:")
 (xm.save if method == "xm.save" else xser.save)(state, path)
-after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-print((after - before) / 1024)
+print((status_kb("VmHWM:") - before) / 1024)
 """
 
 

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from torch_xla import _metrics
-from torch_xla.lazy import dtype_policy, ir, rng
+from torch_xla.lazy import dtype_policy, dump, ir, rng
 from torch_xla.lazy.tensor import XLATensor, forget_pending, pending_tensors
 from torch_xla.pjrt.client import client
 
@@ -47,6 +47,8 @@ _in_flight: dict[int, tuple] = {}
 def mark_step() -> None:
     _metrics.counter("MarkStep").inc()
     sync(None)
+    if dump.METRICS_FILE:
+        dump.save_metrics()
 
 
 def sync(tensors: Sequence[XLATensor] | None = None) -> None:
@@ -129,6 +131,10 @@ def _run(device: int, tensors: list[XLATensor]) -> None:
     results = program.compiled(rng_key, *[leaf.array for leaf in leaves])
     _metrics.metric("ExecuteTime").add(time.perf_counter() - start)
     _in_flight[device] = results
+    if dump.SAVE_FILE:
+        dump.save_graph(device, order, position, values, program.compiled)
+    if dump.SYNC_WAIT:
+        jax.block_until_ready(results)
     datas = [
         ir.Data(array, n.avals[i], device) for array, (n, i) in zip(results, values, strict=False)
     ]

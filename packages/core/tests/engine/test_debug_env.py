@@ -1,0 +1,88 @@
+"""XLA_SAVE_TENSORS_FILE / _FMT, XLA_METRICS_FILE and XLA_SYNC_WAIT, in fresh processes."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import textwrap
+
+import pytest
+
+from conftest import run_python
+
+STEP = """
+import torch
+import torch_xla.core.xla_model as xm
+
+device = xm.xla_device()
+torch.manual_seed(0)
+w = torch.randn(3, 3, device=device, requires_grad=True)
+for _ in range(2):
+    x = torch.randn(2, 3, device=device)
+    loss = (x @ w).relu().sum()  # the user's line
+    loss.backward()
+    xm.mark_step()
+print(round(w.grad.sum().item(), 4))
+"""
+
+
+def run_step(tmp_path, fmt: str | None = None, **env: str):
+    path = tmp_path / "graphs.txt"
+    env = {"PJRT_DEVICE": "CPU", "XLA_SAVE_TENSORS_FILE": str(path), **env}
+    if fmt is not None:
+        env["XLA_SAVE_TENSORS_FMT"] = fmt
+    script = tmp_path / "step.py"  # a file, so frames show the user's source lines
+    script.write_text(textwrap.dedent(STEP))
+    result = run_python(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')",
+                        env)
+    assert result.returncode == 0, result.stderr
+    return path.read_text(), result
+
+
+def test_text_dump_appends_every_synced_graph(tmp_path):
+    text, _ = run_step(tmp_path)
+    assert text.count("## BEGIN_GRAPH") == 3  # each step, then the .item() read, appended
+    assert "aten.mm.default(%" in text and "aten.threshold_backward.default" in text
+    assert "ROOT (" in text
+    assert "location=" not in text and "TensorsGraphInfo" not in text
+
+
+def test_ir_debug_adds_python_frames_and_node_lines(tmp_path):
+    text, _ = run_step(tmp_path, XLA_IR_DEBUG="1")
+    assert "TensorsGraphInfo:" in text and "step.py:12 (<module>)" in text
+    assert "loss = (x @ w).relu().sum()  # the user's line" in text
+
+
+def test_dot_dump_renders_with_graphviz(tmp_path):
+    text, _ = run_step(tmp_path, "dot", XLA_IR_DEBUG="1")
+    graph = text.split("## BEGIN_GRAPH\n")[1].split("## END_GRAPH")[0]
+    assert graph.startswith("digraph G {") and "->" in graph
+    dot = shutil.which("dot")
+    assert dot is not None, "graphviz's `dot` is needed (apt-get install graphviz)"
+    svg = subprocess.run([dot, "-Tsvg"], input=graph, capture_output=True, text=True,
+                         check=True).stdout
+    assert "<svg" in svg and "aten.mm.default" in svg
+
+
+def test_hlo_dump_is_what_xla_compiled(tmp_path):
+    text, _ = run_step(tmp_path, "hlo")
+    assert text.count("HloModule") == 3
+    assert "dot(" in text or "dot." in text  # the matmul
+
+
+def test_unknown_format_is_refused(tmp_path):
+    result = run_python(STEP, {"PJRT_DEVICE": "CPU", "XLA_SAVE_TENSORS_FILE": str(tmp_path / "g"),
+                               "XLA_SAVE_TENSORS_FMT": "pdf"})
+    assert result.returncode != 0
+    assert "XLA_SAVE_TENSORS_FMT='pdf' is not one of ('text', 'dot', 'hlo')" in result.stderr
+
+
+@pytest.mark.parametrize("wait", ["0", "1"])
+def test_metrics_file_gets_a_report_per_step_and_sync_wait_keeps_results(tmp_path, wait):
+    metrics = tmp_path / "metrics.txt"
+    _, result = run_step(tmp_path, XLA_METRICS_FILE=str(metrics), XLA_SYNC_WAIT=wait)
+    report = metrics.read_text()
+    assert report.count("[Step metrics]") == 2
+    assert "Metric: CompileTime" in report and "Counter: MarkStep" in report
+    plain = run_python(STEP, {"PJRT_DEVICE": "CPU"})
+    assert result.stdout == plain.stdout  # debugging changes no number
