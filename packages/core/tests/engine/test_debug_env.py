@@ -7,7 +7,6 @@ import subprocess
 import textwrap
 
 import pytest
-
 from conftest import run_python
 
 STEP = """
