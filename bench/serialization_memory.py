@@ -2,10 +2,10 @@
 
 Each method runs in its own process on a model of about 400 MB (ten 40 MB
 tensors), moved to the XLA device and synchronised before saving. We report
-how much the process's peak resident memory (VmHWM, reset just before the
-save) rises above its resident size at the start of the save. On the CPU
-plugin device memory is host memory too; the baseline already holds it.
-Linux only (/proc/self/clear_refs).
+how far the process's resident memory, sampled every millisecond during the
+save, rises above its size at the start of the save. On the CPU plugin device
+memory is host memory too; the baseline already holds it. Linux only
+(/proc/self/statm).
 
     python bench/serialization_memory.py [--megabytes 400]
 """
@@ -19,7 +19,7 @@ import tempfile
 import textwrap
 
 CHILD = """
-import os, sys, torch
+import os, sys, threading, time, torch
 import torch_xla.core.xla_model as xm
 import torch_xla.utils.serialization as xser
 
@@ -29,17 +29,26 @@ per_tensor = megabytes * 2**20 // 10 // 4
 state = {{f"layer{{i}}.weight": torch.randn(per_tensor, device=device) for i in range(10)}}
 xm.mark_step()
 xm.wait_device_ops()
+page = os.sysconf("SC_PAGE_SIZE")
 
-def status_kb(field):
-    for line in open("/proc/self/status"):
-        if line.startswith(field):
-            return int(line.split()[1])
+def rss():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * page
 
-with open("/proc/self/clear_refs", "w") as f:
-    f.write("5")  # reset the peak (VmHWM) to the current resident size
-before = status_kb("VmRSS:")
+peak, done = [rss()], threading.Event()
+
+def sample():  # the resident size, every millisecond, while the save runs
+    while not done.is_set():
+        peak[0] = max(peak[0], rss())
+        time.sleep(0.001)
+
+before = rss()
+sampler = threading.Thread(target=sample)
+sampler.start()
 (xm.save if method == "xm.save" else xser.save)(state, path)
-print((status_kb("VmHWM:") - before) / 1024)
+done.set()
+sampler.join()
+print((max(peak[0], rss()) - before) / 2**20)
 """
 
 
