@@ -91,3 +91,28 @@ def test_the_library_libneuronxla_reports_is_the_one_pjrt_loads(libneuronxla):
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[0] == "neuron", done.stdout
+
+
+def test_dtype_policy_reaches_the_compiled_graph(libneuronxla, tmp_path):
+    """float64 is stored and computed as float32, int16 as int32, on the (stand-in) device,
+    while tensors still report their PyTorch dtypes."""
+    cpu_library = pytest.importorskip("lammps_jax_pjrt_cpu").PLUGIN_PATH
+    site = libneuronxla(os.fspath(cpu_library))
+    dump = tmp_path / "graphs.hlo"
+    code = (
+        "import torch, torch_xla.core.xla_model as xm\n"
+        "d = xm.xla_device()\n"
+        "x = torch.tensor([1 + 2**-40], dtype=torch.float64).to(d) * 2\n"
+        "s = torch.tensor([300], dtype=torch.int16).to(d) * 3\n"
+        "print(x.dtype, s.dtype, x.cpu().item(), s.cpu().item())\n"
+    )
+    done, _ = run_python(
+        code, timeout=120, PJRT_DEVICE="NEURON", NEURONCORE_NUM_DEVICES="1",
+        XLA_SAVE_TENSORS_FILE=str(dump), XLA_SAVE_TENSORS_FMT="hlo",
+        PYTHONPATH=os.pathsep.join([site, os.environ.get("PYTHONPATH", "")]),
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["torch.float64", "torch.int16", "2.0", "900"]
+    hlo = dump.read_text()
+    assert "f32[1]" in hlo and "s32[1]" in hlo
+    assert "f64[" not in hlo and "s16[" not in hlo

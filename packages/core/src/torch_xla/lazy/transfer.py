@@ -41,11 +41,12 @@ def from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 
 
 def to_device(t: torch.Tensor, index: int) -> jax.Array:
+    runtime = client()  # started first: starting applies the plugin's dtype policy
     array = to_numpy(t)
     wanted = dtype_policy.STORAGE[t.dtype]
     # A copy either way: the CPU client may alias host memory, and the tensor may change.
     array = array.astype(wanted) if array.dtype != wanted else np.array(array, copy=True)
-    return client().to_device(array, index)
+    return runtime.to_device(array, index)
 
 
 def to_host(array: jax.Array, dtype: torch.dtype) -> torch.Tensor:

@@ -138,6 +138,16 @@ def _configure_platform(name: str, plugin: DevicePlugin) -> str:
 
 _client: Client | None = None
 _lock = threading.Lock()
+# Called with the client right after it is created: layers above the runtime
+# apply the active plugin's policies here without the runtime importing them.
+_start_callbacks: list[Callable[[Client], None]] = []
+
+
+def on_start(callback: Callable[[Client], None]) -> None:
+    """Call `callback(client)` when the client starts (at once if it has)."""
+    _start_callbacks.append(callback)
+    if _client is not None:
+        callback(_client)
 
 
 def client() -> Client:
@@ -148,7 +158,10 @@ def client() -> Client:
             if _client is None:
                 chosen = registry.active()
                 assert chosen.plugin is not None
-                _client = Client(chosen.name, chosen.plugin)
+                started_client = Client(chosen.name, chosen.plugin)
+                for callback in _start_callbacks:
+                    callback(started_client)
+                _client = started_client
     return _client
 
 
