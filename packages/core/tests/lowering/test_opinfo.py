@@ -7,15 +7,19 @@ sweep over every OpInfo entry and several dtypes is marked `slow` (`pytest -m sl
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
 pytest.importorskip("expecttest", reason="torch's OpInfo database needs expecttest")
 
-from .expectations import NOT_LOWERED, SKIPPED_ENTRIES, known_failure  # noqa: E402
+from .expectations import KNOWN_FAILURES, NOT_LOWERED, SKIPPED_ENTRIES, known_failure  # noqa: E402
 from .sweep import SWEEP_DTYPES, op_db, opinfo_name, run_entry  # noqa: E402
 
 SAMPLES_CI = 4
+# Samples per (entry, dtype) in the slow sweep; TORCH_XLA_OPINFO_SAMPLES=0 runs them all.
+SAMPLES_FULL = int(os.environ.get("TORCH_XLA_OPINFO_SAMPLES", "12")) or None
 
 # The CI selection, grouped by the lowering module that carries most of each entry.
 CI_ENTRIES: dict[str, list[str]] = {
@@ -124,7 +128,8 @@ def _check(info, dtype: torch.dtype, samples: int | None) -> None:
     if reason is not None:
         if problems:
             pytest.xfail(reason)
-        pytest.fail(f"{name} ({dtype_name}) passes now: remove it from KNOWN_FAILURES")
+        if (name, dtype_name) in KNOWN_FAILURES:  # exact entries are strict, "*" ones not
+            pytest.fail(f"{name} ({dtype_name}) passes now: remove it from KNOWN_FAILURES")
     if problems:
         lines = sorted({f"{o.op}: {o.status}: {o.detail[:400]}" for o in problems})
         pytest.fail(f"{name} ({dtype_name}):\n" + "\n".join(lines[:10]))
@@ -156,4 +161,4 @@ def _full_cases():
 @pytest.mark.slow
 @pytest.mark.parametrize("info,dtype", _full_cases())
 def test_opinfo_full(info, dtype):
-    _check(info, dtype, None)
+    _check(info, dtype, SAMPLES_FULL)
