@@ -49,3 +49,31 @@ def report(name: str, eager: float, xla: float, floor: float, host: tuple) -> No
         f"jax-jit floor {floor:.1f} steps/s | xla/floor {xla / floor:.2f}x | "
         f"record {rec_ms:.1f} ms, mark_step {sync_ms:.2f} ms, {us_per_op:.1f} us/op"
     )
+
+
+def measure_torch(base, make_optimizer, torch_step, x, y, steps: int):
+    """Eager CPU and torch-xla steps/s, plus torch-xla host cost, for copies of `base`.
+
+    `make_optimizer(params)` builds the optimizer; `torch_step(model, opt, x, y)` is one
+    training step written in plain PyTorch.
+    """
+    import copy
+
+    import torch_xla.core.xla_model as xm
+
+    eager = copy.deepcopy(base)
+    eager_opt = make_optimizer(eager.parameters())
+    eager_sps = steps_per_second(lambda: torch_step(eager, eager_opt, x, y), lambda: None, 3, steps)
+
+    device = xm.xla_device()
+    model = copy.deepcopy(base).to(device)
+    opt = make_optimizer(model.parameters())
+    xd, yd = x.to(device), y.to(device)
+
+    def xla_step():
+        torch_step(model, opt, xd, yd)
+        xm.mark_step()
+
+    xla_sps = steps_per_second(xla_step, xm.wait_device_ops, 3, steps)
+    host = xla_host_cost(lambda: torch_step(model, opt, xd, yd))
+    return eager_sps, xla_sps, host

@@ -6,15 +6,14 @@ python bench/mnist_cnn.py [--steps 30]
 from __future__ import annotations
 
 import argparse
-import copy
 
 import jax
 import jax.numpy as jnp
 import torch
 import torch.nn.functional as F
-from common import report, steps_per_second, xla_host_cost
+from common import measure_torch, report, steps_per_second
 
-import torch_xla.core.xla_model as xm  # before any backward: autograd sizes its device queues
+import torch_xla.core.xla_model  # noqa: F401 - before any backward: autograd sizes its device queues
 from torch_xla.testing.models import MNIST
 
 BATCH, LR, MOMENTUM = 128, 0.01, 0.5
@@ -78,21 +77,9 @@ def main() -> None:
     x, y = torch.randn(BATCH, 1, 28, 28), torch.randint(0, 10, (BATCH,))
     base = MNIST()
 
-    eager = copy.deepcopy(base)
-    eager_opt = torch.optim.SGD(eager.parameters(), lr=LR, momentum=MOMENTUM)
-    eager_sps = steps_per_second(lambda: torch_step(eager, eager_opt, x, y), lambda: None, 3, steps)
-
-    device = xm.xla_device()
-    model = copy.deepcopy(base).to(device)
-    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM)
-    xd, yd = x.to(device), y.to(device)
-
-    def xla_step():
-        torch_step(model, opt, xd, yd)
-        xm.mark_step()
-
-    xla_sps = steps_per_second(xla_step, xm.wait_device_ops, 3, steps)
-    host = xla_host_cost(lambda: torch_step(model, opt, xd, yd))
+    eager_sps, xla_sps, host = measure_torch(
+        base, lambda ps: torch.optim.SGD(ps, lr=LR, momentum=MOMENTUM), torch_step, x, y, steps
+    )
 
     params = {k: jnp.asarray(v.detach().numpy()) for k, v in base.named_parameters()}
     state = [params, jax.tree.map(jnp.zeros_like, params)]

@@ -7,17 +7,16 @@ the same step in JAX.
 from __future__ import annotations
 
 import argparse
-import copy
 import math
 
 import jax
 import jax.numpy as jnp
 import torch
 import torch.nn.functional as F
-from common import report, steps_per_second, xla_host_cost
+from common import measure_torch, report, steps_per_second
 from torch import nn
 
-import torch_xla.core.xla_model as xm  # before any backward: autograd sizes its device queues
+import torch_xla.core.xla_model  # noqa: F401 - before any backward: autograd sizes its device queues
 
 VOCAB, D, HEADS, T, BATCH, LAYERS = 256, 128, 4, 64, 16, 2
 LR, BETAS, EPS, WD = 3e-4, (0.9, 0.999), 1e-8, 0.01
@@ -120,21 +119,9 @@ def main() -> None:
     x, y = tokens[:, :-1], tokens[:, 1:]
     base = GPT()
 
-    eager = copy.deepcopy(base)
-    eager_opt = torch.optim.AdamW(eager.parameters(), lr=LR, weight_decay=WD)
-    eager_sps = steps_per_second(lambda: torch_step(eager, eager_opt, x, y), lambda: None, 3, steps)
-
-    device = xm.xla_device()
-    model = copy.deepcopy(base).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD)
-    xd, yd = x.to(device), y.to(device)
-
-    def xla_step():
-        torch_step(model, opt, xd, yd)
-        xm.mark_step()
-
-    xla_sps = steps_per_second(xla_step, xm.wait_device_ops, 3, steps)
-    host = xla_host_cost(lambda: torch_step(model, opt, xd, yd))
+    eager_sps, xla_sps, host = measure_torch(
+        base, lambda ps: torch.optim.AdamW(ps, lr=LR, weight_decay=WD), torch_step, x, y, steps
+    )
 
     params = {k: jnp.asarray(p.detach().numpy()) for k, p in base.named_parameters()}
     zeros = jax.tree.map(jnp.zeros_like, params)
