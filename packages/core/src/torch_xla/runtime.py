@@ -7,16 +7,9 @@ it); "global" ones are all devices of the job.
 
 from __future__ import annotations
 
-import os
-
 from torch_xla.pjrt import cache as compile_cache
-from torch_xla.pjrt.client import (
-    LOCAL_COUNT_ENV,
-    LOCAL_RANK_ENV,
-    XlaRuntimeError,
-    client,
-    started,
-)
+from torch_xla.pjrt import distributed
+from torch_xla.pjrt.client import XlaRuntimeError, client, started
 from torch_xla.plugins import registry
 
 
@@ -42,7 +35,7 @@ def using_pjrt() -> bool:
 
 
 def _in_multiprocess_world() -> bool:
-    return LOCAL_COUNT_ENV in os.environ or process_count() > 1
+    return distributed.topology() is not None or process_count() > 1
 
 
 def world_size() -> int:
@@ -62,11 +55,14 @@ def local_ordinal() -> int:
 
 
 def _local_rank() -> int:
-    return int(os.environ.get(LOCAL_RANK_ENV, 0))
+    where = distributed.topology()
+    return 0 if where is None else where.local_rank
 
 
 def local_process_count() -> int:
-    return int(os.environ.get(LOCAL_COUNT_ENV, 1))
+    """Processes on this host."""
+    where = distributed.topology()
+    return 1 if where is None else where.local_count
 
 
 def addressable_device_count() -> int:

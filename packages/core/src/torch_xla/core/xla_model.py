@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import io
 import os
 import sys
 import time
@@ -15,7 +16,9 @@ from torch.utils._pytree import tree_map_only
 
 import torch_xla.runtime as xr
 from torch_xla._atomic import atomic_open
-from torch_xla.lazy import graph, rng
+from torch_xla.lazy import graph, replicas, rng
+from torch_xla.lowering import collectives
+from torch_xla.pjrt import distributed
 
 
 def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device:
@@ -112,13 +115,188 @@ def reduce_gradients(
     optimizer: torch.optim.Optimizer, groups: list[list[int]] | None = None,
     pin_layout: bool = True,
 ) -> None:
-    """Average the gradients of `optimizer`'s parameters over all replicas."""
-    replicas = xr.world_size()
-    if replicas > 1:
-        raise NotImplementedError(
-            f"Gradient reduction over {replicas} replicas needs collectives, which this "
-            "release does not have yet; run one process (world_size() == 1)."
+    """Average the gradients of `optimizer`'s parameters over all replicas.
+
+    As in PyTorch/XLA the sum is scaled by 1 / world_size() (also with `groups`).
+    """
+    count = xr.world_size()
+    if count > 1:
+        gradients = [
+            p.grad for group in optimizer.param_groups for p in group["params"]
+            if p.grad is not None
+        ]
+        all_reduce(REDUCE_SUM, gradients, scale=1.0 / count, groups=groups, pin_layout=pin_layout)
+
+
+# --- collectives ------------------------------------------------------------------
+#
+# Each records one node in the lazy graph; the step that holds it compiles as one
+# program run by every replica (torch_xla/lazy/replicas.py). With one replica they
+# reduce to plain tensor ops, as PyTorch/XLA's do.
+
+REDUCE_SUM = "sum"
+REDUCE_MUL = "mul"
+REDUCE_AND = "and"
+REDUCE_OR = "or"
+REDUCE_MIN = "min"
+REDUCE_MAX = "max"
+
+
+def _aval(t: torch.Tensor, shape: Any = None) -> tuple:
+    return (tuple(t.shape) if shape is None else tuple(shape), t.dtype)
+
+
+def _check_reduce_type(reduce_type: str) -> None:
+    if reduce_type not in collectives.REDUCE_TYPES:
+        raise ValueError(
+            f"Unknown reduce_type {reduce_type!r}; use one of xm.REDUCE_SUM, REDUCE_MUL, "
+            "REDUCE_AND, REDUCE_OR, REDUCE_MIN, REDUCE_MAX."
         )
+
+
+def _scaled(t: torch.Tensor, scale: float) -> torch.Tensor:
+    return t.clone() if scale == 1.0 else (t * scale).to(t.dtype)
+
+
+def _into(output: torch.Tensor | None, result: torch.Tensor) -> torch.Tensor:
+    if output is None:
+        return result
+    with torch.no_grad():
+        output.copy_(result)
+    return output
+
+
+def _dim(t: torch.Tensor, dim: int) -> int:
+    if not -t.dim() <= dim < max(t.dim(), 1):
+        raise IndexError(f"dimension {dim} is out of range for a {t.dim()}-d tensor")
+    return dim % t.dim()
+
+
+def _divisible(t: torch.Tensor, dim: int, count: int, what: str) -> None:
+    if t.shape[dim] % count:
+        raise ValueError(
+            f"{what}: dimension {dim} of size {t.shape[dim]} does not split into {count} "
+            "equal parts (one per replica of the group)."
+        )
+
+
+def all_reduce(
+    reduce_type: str, inputs: torch.Tensor | list[torch.Tensor], scale: float = 1.0,
+    groups: list[list[int]] | None = None, pin_layout: bool = True,
+) -> torch.Tensor | list[torch.Tensor]:
+    """Reduce over replicas. A tensor gives a new tensor; a list is reduced in place."""
+    _check_reduce_type(reduce_type)
+    single = isinstance(inputs, torch.Tensor)
+    tensors = [inputs] if single else list(inputs)
+    if not tensors:
+        return inputs
+    world = xr.world_size()
+    groups = collectives.check_groups(groups, world)
+    if world == 1:
+        results = [_scaled(t, scale) for t in tensors]
+    else:
+        static = dict(reduce_type=reduce_type, scale=float(scale), groups=groups, world=world)
+        results = replicas.record(
+            collectives.all_reduce, "xla::all_reduce", tensors, static,
+            [_aval(t) for t in tensors],
+        )
+    if single:
+        return results[0]
+    for t, r in zip(tensors, results, strict=True):
+        _into(t, r)
+    return inputs
+
+
+def all_gather(
+    value: torch.Tensor, dim: int = 0, groups: list[list[int]] | None = None,
+    output: torch.Tensor | None = None, pin_layout: bool = True,
+) -> torch.Tensor:
+    """Every replica's `value` of the group, concatenated along `dim` in replica order."""
+    world = xr.world_size()
+    groups = collectives.check_groups(groups, world)
+    dim = _dim(value, dim)
+    if world == 1:
+        return _into(output, value.clone())
+    shape = list(value.shape)
+    shape[dim] *= collectives.group_size(groups, world)
+    (result,) = replicas.record(
+        collectives.all_gather, "xla::all_gather", [value],
+        dict(dim=dim, groups=groups, world=world), [_aval(value, shape)],
+    )
+    return _into(output, result)
+
+
+def reduce_scatter(
+    reduce_type: str, input: torch.Tensor, scale: float, scatter_dim: int, shard_count: int,
+    groups: list[list[int]] | None = None, output: torch.Tensor | None = None,
+    pin_layout: bool = True,
+) -> torch.Tensor:
+    """Reduce over the group, then replica i of the group keeps part i along `scatter_dim`."""
+    _check_reduce_type(reduce_type)
+    world = xr.world_size()
+    groups = collectives.check_groups(groups, world)
+    count = collectives.group_size(groups, world)
+    if shard_count != count:
+        raise ValueError(f"reduce_scatter: shard_count={shard_count}, but a group has {count} "
+                         "replicas; they must be equal.")
+    dim = _dim(input, scatter_dim)
+    _divisible(input, dim, count, "reduce_scatter")
+    if world == 1:
+        return _into(output, _scaled(input, scale))
+    shape = list(input.shape)
+    shape[dim] //= count
+    static = dict(reduce_type=reduce_type, scale=float(scale), dim=dim, groups=groups,
+                  world=world)
+    (result,) = replicas.record(
+        collectives.reduce_scatter, "xla::reduce_scatter", [input], static,
+        [_aval(input, shape)],
+    )
+    return _into(output, result)
+
+
+def all_to_all(
+    value: torch.Tensor, split_dimension: int, concat_dimension: int, split_count: int,
+    groups: list[list[int]] | None = None, pin_layout: bool = True,
+) -> torch.Tensor:
+    """Split `value` along `split_dimension`, send part i to replica i of the group, and
+    concatenate what arrives along `concat_dimension` in replica order."""
+    world = xr.world_size()
+    groups = collectives.check_groups(groups, world)
+    count = collectives.group_size(groups, world)
+    if split_count != count:
+        raise ValueError(f"all_to_all: split_count={split_count}, but a group has {count} "
+                         "replicas; they must be equal.")
+    split_dim, concat_dim = _dim(value, split_dimension), _dim(value, concat_dimension)
+    _divisible(value, split_dim, count, "all_to_all")
+    if world == 1:
+        return value.clone()
+    shape = list(value.shape)
+    shape[split_dim] //= count
+    shape[concat_dim] *= count
+    static = dict(split_dim=split_dim, concat_dim=concat_dim, groups=groups, world=world)
+    (result,) = replicas.record(
+        collectives.all_to_all, "xla::all_to_all", [value], static, [_aval(value, shape)]
+    )
+    return result
+
+
+def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> torch.Tensor:
+    """Send `value` from replica `src` to replica `dst` for each `[src, dst]` pair; a replica
+    that receives nothing gets zeros."""
+    world = xr.world_size()
+    pairs = tuple((int(s), int(d)) for s, d in pairs)
+    sources, targets = [s for s, _ in pairs], [d for _, d in pairs]
+    if (len(set(sources)) != len(sources) or len(set(targets)) != len(targets)
+            or not all(0 <= r < world for r in sources + targets)):
+        raise ValueError(f"collective_permute: pairs {[list(p) for p in pairs]} must name "
+                         f"replicas 0..{world - 1}, each at most once as source and as target.")
+    if world == 1:
+        return value.clone() if (0, 0) in pairs else torch.zeros_like(value)
+    (result,) = replicas.record(
+        collectives.collective_permute, "xla::collective_permute", [value],
+        dict(pairs=pairs), [_aval(value)],
+    )
+    return result
 
 
 def is_master_ordinal(local: bool = True) -> bool:
@@ -177,13 +355,25 @@ def xla_device_hw(device: torch.device | str) -> str:
 
 
 def rendezvous(tag: str, payload: bytes = b"", replicas: list[int] | None = None) -> list[bytes]:
-    """Wait for every replica to reach `tag`; returns every replica's payload."""
-    if xr.world_size() > 1:
+    """Wait for every replica to reach `tag`; returns every replica's payload in order."""
+    if xr.world_size() == 1:
+        return [payload]
+    if replicas and sorted(replicas) != list(range(xr.world_size())):
         raise NotImplementedError(
-            "rendezvous across several processes needs the distributed runtime, which this "
-            "release does not have yet."
+            f"rendezvous among a subset of replicas ({replicas}) is not supported; "
+            "call it on every replica (replicas=None)."
         )
-    return [payload]
+    return distributed.exchange(tag, bytes(payload))
+
+
+def mesh_reduce(tag: str, data: Any, reduce_fn: Callable[[list[Any]], Any]) -> Any:
+    """`reduce_fn` of every replica's `data` (XLA tensors arrive as CPU tensors)."""
+    if xr.world_size() == 1:
+        return reduce_fn([_to_cpu(data)])
+    buffer = io.BytesIO()
+    torch.save(_to_cpu(data), buffer)
+    payloads = rendezvous(tag, buffer.getvalue())
+    return reduce_fn([torch.load(io.BytesIO(p), weights_only=False) for p in payloads])
 
 
 class RateTracker:

@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from torch_xla import _metrics
-from torch_xla.lazy import dtype_policy, dump, ir, rng
+from torch_xla.lazy import dtype_policy, dump, ir, replicas, rng
 from torch_xla.lazy.tensor import XLATensor, forget_pending, pending_tensors
 from torch_xla.pjrt.client import client
 
@@ -28,13 +28,18 @@ class LoweringError(RuntimeError):
 
 
 class Program:
-    """A compiled graph and how to feed it."""
+    """A compiled graph and how to feed it.
 
-    __slots__ = ("compiled", "needs_rng")
+    A graph holding a collective is `replicated`: it compiles as one program that
+    every process of the job runs on its own device (see `replicas.py`).
+    """
 
-    def __init__(self, compiled: Any, needs_rng: bool) -> None:
+    __slots__ = ("compiled", "needs_rng", "replicated")
+
+    def __init__(self, compiled: Any, needs_rng: bool, replicated: bool = False) -> None:
         self.compiled = compiled
         self.needs_rng = needs_rng
+        self.replicated = replicated
 
 
 _cache: dict[tuple, Program] = {}
@@ -128,7 +133,10 @@ def _run(device: int, tensors: list[XLATensor]) -> None:
         _metrics.counter("CachedCompile").inc()
     rng_key = _rng_key(device, program.needs_rng)
     start = time.perf_counter()
-    results = program.compiled(rng_key, *[leaf.array for leaf in leaves])
+    if program.replicated:
+        results = replicas.execute(program.compiled, rng_key, [leaf.array for leaf in leaves])
+    else:
+        results = program.compiled(rng_key, *[leaf.array for leaf in leaves])
     _metrics.metric("ExecuteTime").add(time.perf_counter() - start)
     _in_flight[device] = results
     if dump.SAVE_FILE:
@@ -217,10 +225,12 @@ def _compile(device: int, order, position, leaves, values) -> Program:
     leaf_index = {id(leaf): k for k, leaf in enumerate(leaves)}
     steps: list = []
     n_rng = 0
+    replicated = False
     for n in order:
         if n.rule is None:
             steps.append(leaf_index[id(n)])
             continue
+        replicated = replicated or getattr(n.rule, "collective", False)
         rng_index = None
         if getattr(n.rule, "needs_rng", False):
             rng_index, n_rng = n_rng, n_rng + 1
@@ -242,6 +252,9 @@ def _compile(device: int, order, position, leaves, values) -> Program:
         return tuple(env[p][i] for p, i in roots)
 
     args = [_rng_key(device, False)] + [leaf.array for leaf in leaves]
+    if replicated:
+        out_avals = [n.avals[i] for n, i in values]
+        return Program(replicas.compile(graph_fn, args, out_avals), n_rng > 0, replicated=True)
     compiled = client().compile(_stable_key(device, order, position, values), graph_fn, *args)
     return Program(compiled, n_rng > 0)
 

@@ -19,12 +19,9 @@ import numpy as np
 
 from torch_xla import _metrics
 from torch_xla.pjrt import cache as compile_cache
+from torch_xla.pjrt import distributed
 from torch_xla.plugins import registry
 from torch_xla.plugins.base import DevicePlugin
-
-# Set by xmp.spawn in each child process (names as in PyTorch/XLA).
-LOCAL_RANK_ENV = "PJRT_LOCAL_PROCESS_RANK"
-LOCAL_COUNT_ENV = "PJRT_LOCAL_PROCESS_COUNT"
 
 
 class XlaRuntimeError(RuntimeError):
@@ -104,9 +101,9 @@ def _configure_platform(name: str, plugin: DevicePlugin) -> str:
             "with that device, or choose another device with PJRT_DEVICE "
             "(`torch-xla plugins` lists what is installed and present)."
         )
-    rank, count = os.environ.get(LOCAL_RANK_ENV), os.environ.get(LOCAL_COUNT_ENV)
-    if rank is not None and count is not None:
-        plugin.configure_multiprocess(int(rank), int(count))
+    where = distributed.topology()
+    if where is not None:
+        plugin.configure_multiprocess(where.local_rank, where.local_count)
     else:
         plugin.configure_single_process()
     library = plugin.library_path()
@@ -133,6 +130,8 @@ def _configure_platform(name: str, plugin: DevicePlugin) -> str:
     # must not probe for hardware that this process does not use.
     jax.config.update("jax_platforms", platform)
     jax.config.update("jax_enable_x64", True)  # torch's int64/float64 need it
+    if where is not None and where.count > 1 and plugin.requires_xla_coordinator():
+        distributed.join(where)  # before the backend exists: it then sees the whole job
     return platform
 
 
