@@ -23,6 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from torch_xla.lazy import dispatch, functional, ir
 from torch_xla.lazy.tensor import XLATensor
+from torch_xla.lowering import collectives
 from torch_xla.lowering.collectives import AXIS
 from torch_xla.pjrt.client import XlaRuntimeError, client
 
@@ -94,21 +95,32 @@ def compile(graph_fn: Callable, args: Sequence[jax.Array], out_avals) -> Replica
     scalar_in = [a.ndim == 0 for a in args]
     scalar_out = [aval is not None and len(aval[0]) == 0 for aval in out_avals]
 
-    def per_replica(*blocks):
+    def per_replica(zero, *blocks):
         arrays = [b.reshape(()) if s else b for b, s in zip(blocks, scalar_in, strict=True)]
-        outs = graph_fn(*arrays)
+        with collectives.varying_zero(zero.reshape(())):
+            outs = graph_fn(*arrays)
         return tuple(o.reshape(1) if s else o for o, s in zip(outs, scalar_out, strict=True))
 
     spanned = jax.shard_map(
         per_replica,
         mesh=_replica_sharding().mesh,
-        in_specs=tuple(_SPEC for _ in args),
+        in_specs=tuple(_SPEC for _ in range(len(args) + 1)),
         out_specs=tuple(_SPEC for _ in out_avals),
         check_vma=False,
     )
     # Not kept in the persistent cache: the program is bound to this job's devices.
-    compiled = client().compile(None, spanned, *[_global(a) for a in args])
+    compiled = client().compile(None, spanned, _global_zero(), *[_global(a) for a in args])
     return ReplicatedProgram(compiled, scalar_out)
+
+
+_zero: list[jax.Array] = []
+
+
+def _global_zero() -> jax.Array:
+    """An int32 zero per replica: a program input, so XLA cannot know it is zero."""
+    if not _zero:
+        _zero.append(_global(client().to_device(np.zeros(1, np.int32))))
+    return _zero[0]
 
 
 def _global(local: jax.Array) -> jax.Array:
@@ -120,6 +132,6 @@ def _global(local: jax.Array) -> jax.Array:
 
 
 def execute(program: ReplicatedProgram, key: jax.Array, arrays: list[jax.Array]) -> list:
-    results = program.compiled(_global(key), *[_global(a) for a in arrays])
+    results = program.compiled(_global_zero(), _global(key), *[_global(a) for a in arrays])
     local = [r.addressable_data(0) for r in results]
     return [r.reshape(()) if s else r for r, s in zip(local, program.scalar_out, strict=True)]

@@ -53,6 +53,9 @@ def collectives_worker(index: int) -> dict[str, Any]:
         "scatter": xm.reduce_scatter(xm.REDUCE_SUM, x, 0.5, 0, world),
         "to_all": xm.all_to_all(x, 0, 1, world),
         "permute": xm.collective_permute(x, [[r, (r + 1) % world] for r in range(world)]),
+        # Built from constants only, which differ per process: XLA must not fold these.
+        "const_sum": xm.all_reduce(xm.REDUCE_SUM, torch.full((2,), index + 1.0, device=device)),
+        "const_gather": xm.all_gather(torch.full((2,), index + 1, device=device)),
     }
     in_place = [x.clone(), x * 2]
     xm.all_reduce(xm.REDUCE_SUM, in_place)
@@ -91,6 +94,8 @@ def expected_collectives(index: int, world: int) -> dict[str, Any]:
         "scatter": (total * 0.5).chunk(world, 0)[index],
         "to_all": torch.cat([v.chunk(world, 0)[index] for v in xs], 1),
         "permute": xs[(index - 1) % world],
+        "const_sum": torch.full((2,), world * (world + 1) / 2),
+        "const_gather": torch.arange(1, world + 1).repeat_interleave(2),
         "in_place": [total, total * 2],
         "rendezvous": [f"r{r}".encode() for r in range(world)],
         "mesh_reduce": torch.arange(world),
