@@ -85,3 +85,36 @@ def test_metrics_file_gets_a_report_per_step_and_sync_wait_keeps_results(tmp_pat
     assert "Metric: CompileTime" in report and "Counter: MarkStep" in report
     plain = run_python(STEP, {"PJRT_DEVICE": "CPU"})
     assert result.stdout == plain.stdout  # debugging changes no number
+
+
+OP_BY_OP = """
+import torch
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
+
+device = xm.xla_device()
+x = torch.arange(6.0).reshape(2, 3)
+y = (x.to(device) * 2 + 1).relu().sum(0)
+xm.mark_step()                      # a sync of every live tensor
+print("sync", met.counter_value("UncachedCompile"))
+z = (y.exp() - 1).max()             # a fetch
+print("value", z.item(), ((x * 2 + 1).relu().sum(0).exp() - 1).max().item())
+print("get", met.counter_value("UncachedCompile"))
+"""
+
+
+@pytest.mark.parametrize("variable", ["SYNC_TENSORS_OPBYOP", "GET_TENSORS_OPBYOP"])
+def test_op_by_op_runs_one_computation_per_op_with_the_same_values(variable):
+    graph = run_python(OP_BY_OP, {"PJRT_DEVICE": "CPU"})
+    op_by_op = run_python(OP_BY_OP, {"PJRT_DEVICE": "CPU", variable: "1"})
+    assert graph.returncode == 0 and op_by_op.returncode == 0, op_by_op.stderr
+    whole = dict(line.split(" ", 1) for line in graph.stdout.splitlines())
+    split = dict(line.split(" ", 1) for line in op_by_op.stdout.splitlines())
+    value, eager = split["value"].split()
+    assert abs(float(value) - float(eager)) <= 1e-4 * abs(float(eager))
+    assert split["value"].split()[0] == whole["value"].split()[0]
+    assert (int(whole["sync"]), int(whole["get"])) == (1, 2)  # one graph per sync
+    if variable == "SYNC_TENSORS_OPBYOP":  # mul, add, relu, sum: one computation each
+        assert (int(split["sync"]), int(split["get"])) == (4, 5)
+    else:  # exp, sub, max one by one at the fetch
+        assert (int(split["sync"]), int(split["get"])) == (1, 4)

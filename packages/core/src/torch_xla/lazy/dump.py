@@ -7,6 +7,9 @@
   text/dot nodes carry the user line that created them.
 - XLA_METRICS_FILE=path appends the metrics report after every step.
 - XLA_SYNC_WAIT=1 waits for each sync's execution to finish before returning.
+- GET_TENSORS_OPBYOP=1 (syncs that fetch values: `.cpu()`, `.item()`, `print`) and
+  SYNC_TENSORS_OPBYOP=1 (`mark_step`) compile and run one computation per IR node
+  instead of one per graph, to find which op gives a wrong value or fails in XLA.
 
 Variables are read once, at import; with none set the per-sync cost is one
 attribute test.
@@ -26,6 +29,8 @@ SAVE_FILE = os.environ.get("XLA_SAVE_TENSORS_FILE") or None
 SAVE_FORMAT = (os.environ.get("XLA_SAVE_TENSORS_FMT") or "text").lower()
 METRICS_FILE = os.environ.get("XLA_METRICS_FILE") or None
 SYNC_WAIT = os.environ.get("XLA_SYNC_WAIT", "0") not in ("", "0", "false", "False")
+GET_OPBYOP = os.environ.get("GET_TENSORS_OPBYOP", "0") not in ("", "0", "false", "False")
+SYNC_OPBYOP = os.environ.get("SYNC_TENSORS_OPBYOP", "0") not in ("", "0", "false", "False")
 FRAMES = ir.IR_DEBUG or os.environ.get("XLA_HLO_DEBUG", "0") not in ("", "0")
 FORMATS = ("text", "dot", "hlo")
 

@@ -67,8 +67,9 @@ def sync(tensors: Sequence[XLATensor] | None = None) -> None:
     by_device: dict[int, list[XLATensor]] = {}
     for t in roots:
         by_device.setdefault(t._node.device, []).append(t)
+    op_by_op = dump.SYNC_OPBYOP if full else dump.GET_OPBYOP
     for device, group in by_device.items():
-        _run(device, group)
+        _run(device, group, op_by_op)
 
 
 def wait_device_ops() -> None:
@@ -111,7 +112,7 @@ def _walk(values: list[tuple[ir.Node, int]]):
     return order, position, leaves, shared
 
 
-def _run(device: int, tensors: list[XLATensor]) -> None:
+def _run(device: int, tensors: list[XLATensor], op_by_op: bool = False) -> None:
     values = []
     seen: dict[tuple[int, int], int] = {}
     outputs_of: list[int] = []  # tensor i receives output outputs_of[i]
@@ -122,6 +123,13 @@ def _run(device: int, tensors: list[XLATensor]) -> None:
             seen[k] = len(values)
             values.append(v)
         outputs_of.append(seen[k])
+    datas = _execute_op_by_op(device, values) if op_by_op else _execute(device, values)
+    for t, j in zip(tensors, outputs_of, strict=False):
+        t._set(datas[j])
+
+
+def _execute(device: int, values: list[tuple[ir.Node, int]]) -> list[ir.Data]:
+    """Compile (or find) the graph computing `values` and run it; its results as data."""
     order, position, leaves, shared = _walk(values)
     key = (device, tuple([(n.hash, i) for n, i in values]), tuple(shared))
     program = _cache.get(key)
@@ -143,11 +151,26 @@ def _run(device: int, tensors: list[XLATensor]) -> None:
         dump.save_graph(device, order, position, values, program.compiled)
     if dump.SYNC_WAIT:
         jax.block_until_ready(results)
-    datas = [
+    return [
         ir.Data(array, n.avals[i], device) for array, (n, i) in zip(results, values, strict=False)
     ]
-    for t, j in zip(tensors, outputs_of, strict=False):
-        t._set(datas[j])
+
+
+def _execute_op_by_op(device: int, values: list[tuple[ir.Node, int]]) -> list[ir.Data]:
+    """`_execute`, one computation per node (GET_TENSORS_OPBYOP / SYNC_TENSORS_OPBYOP)."""
+    order, _, _, _ = _walk(values)
+    done: dict[int, list] = {}  # id(node) -> its outputs as data (None where unused)
+    for node in order:
+        if node.rule is None:
+            done[id(node)] = [node]
+            continue
+        inputs = [(done[id(n)][i], 0) for n, i in node.inputs]
+        alone = ir.Node(node.op, node.rule, node.template, inputs, node.avals, device, node.hash)
+        alone.location = node.location
+        wanted = [(alone, i) for i, aval in enumerate(node.avals) if aval is not None]
+        outs = iter(_execute(device, wanted))
+        done[id(node)] = [None if aval is None else next(outs) for aval in node.avals]
+    return [done[id(n)][i] for n, i in values]
 
 
 def _rng_key(device: int, needed: bool) -> jax.Array:
