@@ -113,6 +113,28 @@ def expected_collectives(index: int, world: int) -> dict[str, Any]:
     return out
 
 
+def assert_collectives(results: dict[int, dict[str, Any]], world: int) -> None:
+    """Every replica's `collectives_worker` results equal `expected_collectives`."""
+    assert sorted(results) == list(range(world)), sorted(results)
+    for index in range(world):
+        want = expected_collectives(index, world)
+        assert set(results[index]) == set(want), sorted(results[index])
+        for name, value in want.items():
+            _assert_equal(results[index][name], value, f"{name} on replica {index}")
+
+
+def _assert_equal(got: Any, want: Any, name: str) -> None:
+    if isinstance(want, torch.Tensor):
+        assert got.dtype == want.dtype, f"{name}: dtype {got.dtype}, expected {want.dtype}"
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, msg=name)
+    elif isinstance(want, list):
+        assert len(got) == len(want), name
+        for g, w in zip(got, want, strict=True):
+            _assert_equal(g, w, name)
+    else:
+        assert got == want, f"{name}: {got!r}, expected {want!r}"
+
+
 def _cpu(data: Any) -> Any:
     if isinstance(data, torch.Tensor):
         return data.cpu()
