@@ -82,6 +82,20 @@ def test_data_parallel_training_equals_eager_on_the_whole_batch(tmp_path):
         torch.testing.assert_close(saved[name], value, rtol=1e-5, atol=1e-5)
 
 
+def test_torch_distributed_xla_backend_and_ddp(tmp_path):
+    status, results = spawn(tmp_path, "mp.torch_distributed_worker, args=(4, 16)", devices=2)
+    assert status == "ok", results
+    want_state = mp.expected_training(4, 16)
+    for index in (0, 1):
+        got = results[index]
+        for name, value in mp.expected_torch_distributed(index, 2).items():
+            mp.assert_equal(got[name], value, f"{name} on rank {index}")
+        for name, value in want_state.items():  # DDP on halves == eager on whole batches
+            torch.testing.assert_close(got["state"][name], value, rtol=1e-5, atol=1e-5,
+                                       msg=f"{name} on rank {index}")
+        assert got["compiles"][-1] == got["compiles"][-2], got["compiles"]
+
+
 def test_a_failing_process_stops_the_job_with_its_traceback(tmp_path):
     start = time.monotonic()
     status, error = spawn(tmp_path, "mp.failing_worker", devices=2)
@@ -89,6 +103,12 @@ def test_a_failing_process_stops_the_job_with_its_traceback(tmp_path):
     assert "ProcessFailedError" in error and "Process 1" in error
     assert "replica 1 failed on purpose" in error and "failing_worker" in error
     assert time.monotonic() - start < 120
+
+
+def test_processes_building_different_collective_graphs_get_a_clear_error(tmp_path):
+    status, error = spawn(tmp_path, "mp.divergent_worker", devices=2)
+    assert status == "error"
+    assert "built a different graph" in error and "torch.tensor(rank)" in error
 
 
 def test_more_processes_than_devices_is_refused(tmp_path):

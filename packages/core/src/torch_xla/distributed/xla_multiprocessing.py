@@ -20,6 +20,8 @@ import multiprocessing.connection
 import os
 import pickle
 import socket
+import threading
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -58,13 +60,13 @@ def _process_count(nprocs: int | None) -> int:
 
 
 def _child(
-    rank: int, count: int, coordinator: str, device_type: str, fn: Callable, args: tuple,
+    rank: int, count: int, env: dict[str, str], fn: Callable, args: tuple,
     report: multiprocessing.connection.Connection,
 ) -> None:
+    _exit_with_parent()
+    os.environ.update(env)
     os.environ[distributed.LOCAL_RANK_ENV] = str(rank)
     os.environ[distributed.LOCAL_COUNT_ENV] = str(count)
-    os.environ[distributed.COORDINATOR_ENV] = coordinator
-    os.environ["PJRT_DEVICE"] = device_type
     try:
         import torch_xla.core.xla_model as xm
         import torch_xla.runtime as xr
@@ -84,6 +86,19 @@ def _child(
         raise SystemExit(1) from None
     finally:
         report.close()
+
+
+def _exit_with_parent() -> None:
+    """End this child if the spawning process dies (it would otherwise wait in a collective)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="xmp-parent-watch", daemon=True).start()
 
 
 class SpawnContext:
@@ -167,14 +182,21 @@ def spawn(
                 "a forked child cannot use it. Use start_method='spawn' (the default)."
             )
     host = os.environ.get("MASTER_ADDR", "localhost")
-    coordinator = os.environ.get(distributed.COORDINATOR_ENV) or f"{host}:{_free_port(host)}"
+    env = {
+        "PJRT_DEVICE": registry.active().name,
+        distributed.COORDINATOR_ENV: (
+            os.environ.get(distributed.COORDINATOR_ENV) or f"{host}:{_free_port(host)}"
+        ),
+        # For torch.distributed's store (init_method="xla://" or "env://").
+        "MASTER_ADDR": host,
+        "MASTER_PORT": os.environ.get("MASTER_PORT") or str(_free_port(host)),
+    }
     context = multiprocessing.get_context(start_method)
-    device_type = registry.active().name
     processes, reports = [], []
     for rank in range(count):
         receive, send = context.Pipe(duplex=False)
         process = context.Process(
-            target=_child, args=(rank, count, coordinator, device_type, fn, tuple(args), send),
+            target=_child, args=(rank, count, env, fn, tuple(args), send),
             daemon=daemon, name=f"xmp-{rank}",
         )
         try:

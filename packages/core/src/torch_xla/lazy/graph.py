@@ -277,7 +277,9 @@ def _compile(device: int, order, position, leaves, values) -> Program:
     args = [_rng_key(device, False)] + [leaf.array for leaf in leaves]
     if replicated:
         out_avals = [n.avals[i] for n, i in values]
-        return Program(replicas.compile(graph_fn, args, out_avals), n_rng > 0, replicated=True)
+        fingerprint = _stable_key(device, order, position, values)
+        program = replicas.compile(graph_fn, args, out_avals, fingerprint)
+        return Program(program, n_rng > 0, replicated=True)
     compiled = client().compile(_stable_key(device, order, position, values), graph_fn, *args)
     return Program(compiled, n_rng > 0)
 

@@ -13,6 +13,7 @@ PyTorch/XLA also requires.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -23,8 +24,8 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from torch_xla.lazy import dispatch, functional, ir
 from torch_xla.lazy.tensor import XLATensor
-from torch_xla.lowering import collectives
 from torch_xla.lowering.collectives import AXIS
+from torch_xla.pjrt import distributed
 from torch_xla.pjrt.client import XlaRuntimeError, client
 
 _SPEC = PartitionSpec(AXIS)
@@ -90,37 +91,66 @@ class ReplicatedProgram:
         return self.compiled.as_text()
 
 
-def compile(graph_fn: Callable, args: Sequence[jax.Array], out_avals) -> ReplicatedProgram:
-    """Compile `graph_fn(key, *arrays)` (one replica's graph) as the job's replicated program."""
+def compile(
+    graph_fn: Callable, args: Sequence[jax.Array], out_avals, fingerprint: str
+) -> ReplicatedProgram:
+    """Compile `graph_fn(key, *arrays)` (one replica's graph) as the job's replicated program.
+
+    `fingerprint` names the graph's structure and constants; every process must compile the
+    same one (checked through the coordinator before compiling).
+    """
+    _check_same_program(fingerprint)
     scalar_in = [a.ndim == 0 for a in args]
     scalar_out = [aval is not None and len(aval[0]) == 0 for aval in out_avals]
 
-    def per_replica(zero, *blocks):
+    def per_replica(*blocks):
         arrays = [b.reshape(()) if s else b for b, s in zip(blocks, scalar_in, strict=True)]
-        with collectives.varying_zero(zero.reshape(())):
-            outs = graph_fn(*arrays)
+        outs = graph_fn(*arrays)
         return tuple(o.reshape(1) if s else o for o, s in zip(outs, scalar_out, strict=True))
 
     spanned = jax.shard_map(
         per_replica,
         mesh=_replica_sharding().mesh,
-        in_specs=tuple(_SPEC for _ in range(len(args) + 1)),
+        in_specs=tuple(_SPEC for _ in args),
         out_specs=tuple(_SPEC for _ in out_avals),
         check_vma=False,
     )
     # Not kept in the persistent cache: the program is bound to this job's devices.
-    compiled = client().compile(None, spanned, _global_zero(), *[_global(a) for a in args])
+    compiled = client().compile(None, spanned, *[_global(a) for a in args])
     return ReplicatedProgram(compiled, scalar_out)
 
 
-_zero: list[jax.Array] = []
+# Seconds a process waits for the others to reach the same replicated compilation.
+SAME_PROGRAM_TIMEOUT = 300
 
 
-def _global_zero() -> jax.Array:
-    """An int32 zero per replica: a program input, so XLA cannot know it is zero."""
-    if not _zero:
-        _zero.append(_global(client().to_device(np.zeros(1, np.int32))))
-    return _zero[0]
+def _check_same_program(fingerprint: str) -> None:
+    """Every process compiles this program now, or a clear error instead of a hang.
+
+    XLA runs the replicated program as SPMD: copies that differ between processes (a
+    Python number that depends on the ordinal baked into the graph, or one process
+    building a collective the others do not) would exchange mismatched buffers or wait
+    on each other forever.
+    """
+    mine = hashlib.sha256(fingerprint.encode()).hexdigest()
+    try:
+        seen = distributed.exchange("replicated-program", mine.encode(), SAME_PROGRAM_TIMEOUT)
+    except Exception as error:
+        raise XlaRuntimeError(
+            f"Process {distributed.process_id()} compiled a graph with collectives, but not every "
+            f"process reached the same compilation within {SAME_PROGRAM_TIMEOUT} s ({error}). "
+            "Every process must run the same collectives in the same order."
+        ) from error
+    differing = [rank for rank, theirs in enumerate(seen) if theirs.decode() != mine]
+    if differing:
+        raise XlaRuntimeError(
+            f"Process {distributed.process_id()} built a different graph from process(es) "
+            f"{differing} for the same step with collectives. Every process must record the "
+            "same graph: pass values that differ per process (the ordinal, per-process "
+            "counts) as tensors, e.g. torch.tensor(rank).to(device), not as Python numbers "
+            "in ops such as torch.full(..., rank) or x * rank, which are compiled into the "
+            "program."
+        )
 
 
 def _global(local: jax.Array) -> jax.Array:
@@ -132,6 +162,6 @@ def _global(local: jax.Array) -> jax.Array:
 
 
 def execute(program: ReplicatedProgram, key: jax.Array, arrays: list[jax.Array]) -> list:
-    results = program.compiled(_global_zero(), _global(key), *[_global(a) for a in arrays])
+    results = program.compiled(_global(key), *[_global(a) for a in arrays])
     local = [r.addressable_data(0) for r in results]
     return [r.reshape(()) if s else r for r, s in zip(local, program.scalar_out, strict=True)]

@@ -13,9 +13,8 @@ gathered and each replica combines its own group's members.
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -30,40 +29,8 @@ Groups = tuple[tuple[int, ...], ...] | None
 
 def collective(fn: Callable) -> Callable:
     """Mark `fn` as a collective: graphs holding it compile as one program per replica."""
-
-    @functools.wraps(fn)
-    def with_varying_operands(*args, **kwargs):
-        return fn(*[_varying(a) for a in args], **kwargs)
-
-    with_varying_operands.collective = True
-    return with_varying_operands
-
-
-# XLA compiles the program as SPMD: it folds a collective whose operand it can prove equal
-# on every replica (all-reduce(c) -> c * replicas). A value built from constants only looks
-# replicated, yet each process compiles its own program, whose constants may differ (a fill
-# value that depends on the ordinal). Adding a zero that XLA cannot see (a program input,
-# different per replica as far as it knows) keeps every operand varying.
-_zeros: list[jax.Array] = []
-
-
-@contextlib.contextmanager
-def varying_zero(zero: jax.Array) -> Iterator[None]:
-    """While tracing one replicated program: its replica-varying int32 zero."""
-    _zeros.append(zero)
-    try:
-        yield
-    finally:
-        _zeros.pop()
-
-
-def _varying(x: jax.Array) -> jax.Array:
-    if not _zeros:
-        return x
-    zero = _zeros[-1]
-    if x.dtype == jnp.bool_:
-        return x | zero.astype(jnp.bool_)
-    return x + zero.astype(x.dtype)
+    fn.collective = True
+    return fn
 
 
 def check_groups(groups: Sequence[Sequence[int]] | None, world: int) -> Groups:

@@ -106,6 +106,12 @@ def _store():
     return store
 
 
+def process_id() -> int:
+    from jax._src import distributed
+
+    return distributed.global_state.process_id
+
+
 def exchange(tag: str, payload: bytes, timeout_s: int = 600) -> list[bytes]:
     """Every process's `payload` for `tag`, in process order; a barrier for all processes."""
     from jax._src import distributed
@@ -118,6 +124,7 @@ def exchange(tag: str, payload: bytes, timeout_s: int = 600) -> list[bytes]:
     timeout_ms = timeout_s * 1000
     found = [store.blocking_key_value_get_bytes(f"{key}/{r}", timeout_ms) for r in range(count)]
     store.wait_at_barrier(f"{key}/read", timeout_ms)
+    store.key_value_delete(f"{key}/{rank}")
     return found
 
 

@@ -53,9 +53,11 @@ def collectives_worker(index: int) -> dict[str, Any]:
         "scatter": xm.reduce_scatter(xm.REDUCE_SUM, x, 0.5, 0, world),
         "to_all": xm.all_to_all(x, 0, 1, world),
         "permute": xm.collective_permute(x, [[r, (r + 1) % world] for r in range(world)]),
-        # Built from constants only, which differ per process: XLA must not fold these.
-        "const_sum": xm.all_reduce(xm.REDUCE_SUM, torch.full((2,), index + 1.0, device=device)),
-        "const_gather": xm.all_gather(torch.full((2,), index + 1, device=device)),
+        # Built from constants only (the same in every process).
+        "const_sum": xm.all_reduce(xm.REDUCE_SUM, torch.full((2,), 3.0, device=device)),
+        "const_gather": xm.all_gather(torch.full((2,), 7, device=device)),
+        # A per-process value passed as data, as it must be.
+        "rank_sum": xm.all_reduce(xm.REDUCE_SUM, torch.tensor(index + 1.0).to(device)),
     }
     in_place = [x.clone(), x * 2]
     xm.all_reduce(xm.REDUCE_SUM, in_place)
@@ -94,8 +96,9 @@ def expected_collectives(index: int, world: int) -> dict[str, Any]:
         "scatter": (total * 0.5).chunk(world, 0)[index],
         "to_all": torch.cat([v.chunk(world, 0)[index] for v in xs], 1),
         "permute": xs[(index - 1) % world],
-        "const_sum": torch.full((2,), world * (world + 1) / 2),
-        "const_gather": torch.arange(1, world + 1).repeat_interleave(2),
+        "const_sum": torch.full((2,), 3.0 * world),
+        "const_gather": torch.full((2 * world,), 7),
+        "rank_sum": torch.tensor(world * (world + 1) / 2),
         "in_place": [total, total * 2],
         "rendezvous": [f"r{r}".encode() for r in range(world)],
         "mesh_reduce": torch.arange(world),
@@ -120,17 +123,17 @@ def assert_collectives(results: dict[int, dict[str, Any]], world: int) -> None:
         want = expected_collectives(index, world)
         assert set(results[index]) == set(want), sorted(results[index])
         for name, value in want.items():
-            _assert_equal(results[index][name], value, f"{name} on replica {index}")
+            assert_equal(results[index][name], value, f"{name} on replica {index}")
 
 
-def _assert_equal(got: Any, want: Any, name: str) -> None:
+def assert_equal(got: Any, want: Any, name: str) -> None:
     if isinstance(want, torch.Tensor):
         assert got.dtype == want.dtype, f"{name}: dtype {got.dtype}, expected {want.dtype}"
         torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6, msg=name)
     elif isinstance(want, list):
         assert len(got) == len(want), name
         for g, w in zip(got, want, strict=True):
-            _assert_equal(g, w, name)
+            assert_equal(g, w, name)
     else:
         assert got == want, f"{name}: {got!r}, expected {want!r}"
 
@@ -208,6 +211,59 @@ def expected_training(steps: int, batch: int) -> dict[str, torch.Tensor]:
     return model.state_dict()
 
 
+def torch_distributed_worker(index: int, steps: int, batch: int) -> dict[str, Any]:
+    """`torch.distributed` collectives and DDP over the xla backend."""
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+    import torch_xla.distributed.xla_backend  # noqa: F401 - registers "xla"
+
+    dist.init_process_group("xla", init_method="xla://")
+    device = xm.xla_device()
+    world = dist.get_world_size()
+    x = replica_value(index).to(device)
+    summed, averaged = x.clone(), x.clone()
+    dist.all_reduce(summed)
+    dist.all_reduce(averaged, op=dist.ReduceOp.AVG)
+    gathered = [torch.zeros_like(x) for _ in range(world)]
+    dist.all_gather(gathered, x)
+    into = torch.zeros(world * 4, 4, device=device)
+    dist.all_gather_into_tensor(into, x)
+    scattered = torch.zeros(4 // world, 4, device=device)
+    dist.reduce_scatter_tensor(scattered, x)
+    broadcast = x.clone()
+    dist.broadcast(broadcast, src=world - 1)
+    dist.barrier()
+    out = {"sum": summed, "avg": averaged, "gather": gathered, "gather_into": into,
+           "scatter": scattered, "broadcast": broadcast, "rank": dist.get_rank()}
+
+    share = batch // world
+    model = make_model().to(device)
+    ddp = DistributedDataParallel(model, gradient_as_bucket_view=True)
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1, momentum=0.9)
+    compiles = []
+    for x, y in make_batches(steps, batch):
+        x, y = x[index * share:(index + 1) * share], y[index * share:(index + 1) * share]
+        optimizer.zero_grad()
+        F.nll_loss(ddp(x.to(device)), y.to(device)).backward()
+        optimizer.step()
+        xm.mark_step()
+        compiles.append(met.counter_value("UncachedCompile") or 0)
+    out["state"] = model.state_dict()
+    out["compiles"] = compiles
+    dist.destroy_process_group()
+    return _cpu(out)
+
+
+def expected_torch_distributed(index: int, world: int) -> dict[str, Any]:
+    xs = [replica_value(r) for r in range(world)]
+    total = torch.stack(xs).sum(0)
+    return {"sum": total, "avg": total / world, "gather": xs, "gather_into": torch.cat(xs),
+            "scatter": total.chunk(world)[index], "broadcast": xs[world - 1], "rank": index}
+
+
 def failing_worker(index: int) -> None:
     """Replica 1 fails; the others wait in a collective that can never complete."""
     import torch_xla.core.xla_model as xm
@@ -215,6 +271,13 @@ def failing_worker(index: int) -> None:
     if index == 1:
         raise ValueError("replica 1 failed on purpose")
     xm.all_reduce(xm.REDUCE_SUM, torch.ones(2, device=xm.xla_device())).cpu()
+
+
+def divergent_worker(index: int) -> None:
+    """Bakes the ordinal into the graph as a constant: the processes' programs differ."""
+    import torch_xla.core.xla_model as xm
+
+    xm.all_reduce(xm.REDUCE_SUM, torch.full((2,), index + 1.0, device=xm.xla_device())).cpu()
 
 
 def topology_worker(index: int) -> dict[str, Any]:
