@@ -1,18 +1,20 @@
 """The `xla` device: PyTorch's PrivateUse1 backend renamed, with its guard, hooks,
-device module (`torch.xla`) and factory kernels.
+device module (`torch.xla`), factory and copy kernels, and the autograd engine tweak.
 
 `register()` runs once, when `torch_xla` is imported; it creates no PJRT client.
 """
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
-from torch_xla.backend import factories
+from torch_xla.backend import autocast, autograd, copies, factories, foreach
 from torch_xla.backend.device_module import XlaDeviceModule
 
 NAME = "xla"
-_registered = False
+_library: torch.library.Library | None = None  # our kernels for ATen ops
 
 
 class _Hooks(torch._C._acc.PrivateUse1Hooks):
@@ -33,13 +35,19 @@ class _Guard(torch._C._acc.DeviceGuard):
 
 def register() -> None:
     """Make `torch.device('xla', n)` an XLA device of this package (idempotent)."""
-    global _registered
-    if _registered:
+    global _library
+    if _library is not None:
         return
     if torch._C._get_privateuse1_backend_name() != NAME:
         torch.utils.rename_privateuse1_backend(NAME)
     torch._register_device_module(NAME, XlaDeviceModule())
     torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
-    factories.register()
-    _registered = True
+    _library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():  # replacing some of torch's kernels is the point
+        warnings.filterwarnings("ignore", "Warning only once for all operators")
+        factories.register(_library)
+        copies.register(_library)
+        foreach.register(_library)
+        autocast.register(_library)
+    autograd.register()

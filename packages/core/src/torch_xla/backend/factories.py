@@ -10,7 +10,6 @@ from __future__ import annotations
 import torch
 
 aten = torch.ops.aten
-_library: torch.library.Library | None = None
 
 FACTORIES = (
     "arange",
@@ -52,18 +51,6 @@ def empty_strided(size, stride, dtype=None, layout=None, device=None, pin_memory
     return empty(size, dtype=dtype, device=device)
 
 
-def copy_from(src, dst, non_blocking=False):
-    """`dst.copy_(src)` when ATen's CPU copy hands a CPU -> xla copy to the backend."""
-    from torch_xla.lazy import functional, rules
-
-    src_inner = functional.unwrap(src) if torch._is_functional_tensor(src) else src
-    if dst.device.type == "cpu":
-        return dst.copy_(rules.to_cpu(src_inner) if src.device.type == "xla" else src_inner)
-    inner = functional.unwrap(dst) if torch._is_functional_tensor(dst) else dst
-    inner._set(*rules.copy_value(inner, src_inner).value)
-    return dst
-
-
 def _factory(op):
     def kernel(*args, **kwargs):
         from torch_xla.lazy import dispatch, functional
@@ -78,17 +65,9 @@ def _overload(name: str):
     return getattr(getattr(aten, packet), overload or "default")
 
 
-def register() -> None:
-    global _library
-    if _library is not None:
-        return
-    _library = torch.library.Library("aten", "IMPL")
-    _library.impl("empty.memory_format", empty, "PrivateUse1")
-    _library.impl("empty_strided", empty_strided, "PrivateUse1")
-    _library.impl("_copy_from", copy_from, "PrivateUse1")
-    _library.impl("_efficientzerotensor", zeros, "PrivateUse1")
+def register(library: torch.library.Library) -> None:
+    library.impl("empty.memory_format", empty, "PrivateUse1")
+    library.impl("empty_strided", empty_strided, "PrivateUse1")
+    library.impl("_efficientzerotensor", zeros, "PrivateUse1")
     for name in FACTORIES:
-        _library.impl(name, _factory(_overload(name)), "PrivateUse1")
-    from torch_xla.backend import foreach
-
-    foreach.register(_library)
+        library.impl(name, _factory(_overload(name)), "PrivateUse1")

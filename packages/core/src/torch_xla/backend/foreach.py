@@ -10,8 +10,6 @@ Shape errors still surface, raised by the functional op itself.
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 _FUNCTIONALIZE = torch._C.DispatchKey.Functionalize
@@ -63,7 +61,5 @@ def _overload(name: str):
 
 
 def register(library: torch.library.Library) -> None:
-    with warnings.catch_warnings():  # replacing torch's kernels is the point
-        warnings.filterwarnings("ignore", "Warning only once for all operators")
-        for inplace, functional in OPS:
-            library.impl(inplace, _kernel(_overload(functional)), "Functionalize")
+    for inplace, functional in OPS:
+        library.impl(inplace, _kernel(_overload(functional)), "Functionalize")

@@ -422,6 +422,9 @@ def save(
     A path is written atomically: an interrupted save leaves the previous file.
     """
     if not master_only or is_master_ordinal(local=not global_master):
+        from torch_xla.utils.serialization import compute_pending
+
+        compute_pending(data)  # one graph for every pending tensor, not one per tensor
         cpu_data = _to_cpu(data)
         if isinstance(file_or_path, (str, os.PathLike)):
             with atomic_open(file_or_path) as f:

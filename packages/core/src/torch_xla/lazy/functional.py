@@ -7,6 +7,8 @@ writes results back to every alias, so the engine only ever records pure ops.
 
 from __future__ import annotations
 
+import sys
+
 import torch
 
 from torch_xla.lazy.tensor import XLATensor
@@ -24,6 +26,27 @@ def wrap(inner: XLATensor) -> torch.Tensor:
     if inside_functionalization():
         return inner
     return torch._to_functional_tensor(inner)
+
+
+def lift_fresh(inner: XLATensor) -> torch.Tensor:
+    """The result of `torch.tensor(data, device=xla)` (ATen's `lift_fresh`, which PyTorch/XLA
+    implements the same way): a user tensor, so that writes through its views work.
+
+    A `torch.tensor` inside a decomposition that the engine is running stays an engine
+    tensor. No dispatch-key state tells the two apart, so we look for an engine op further
+    up the stack."""
+    return inner if _engine_ops_on_stack() > 1 else torch._to_functional_tensor(inner)
+
+
+_DISPATCH_CODE = XLATensor.__torch_dispatch__.__func__.__code__
+
+
+def _engine_ops_on_stack() -> int:
+    count, frame = 0, sys._getframe(1)
+    while frame is not None:
+        count += frame.f_code is _DISPATCH_CODE
+        frame = frame.f_back
+    return count
 
 
 def unwrap(t: torch.Tensor) -> XLATensor:

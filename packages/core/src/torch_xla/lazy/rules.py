@@ -339,11 +339,17 @@ def _empty_like(func, args, kwargs):
 @special(
     aten.detach.default,
     aten.alias.default,
-    aten.lift_fresh.default,
     aten.clone.default,
-    aten.lift_fresh_copy.default,
     aten.detach_copy.default,
     aten.alias_copy.default,
 )
 def _same_value(func, args, kwargs):
     return XLATensor(*args[0].value)
+
+
+@special(aten.lift_fresh.default, aten.lift_fresh_copy.default)
+def _lift_fresh(func, args, kwargs):
+    """`torch.tensor(data, device=xla)` ends here: the new tensor becomes a user tensor."""
+    from torch_xla.lazy import functional
+
+    return functional.lift_fresh(XLATensor(*args[0].value))

@@ -16,7 +16,7 @@ import uuid
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map_only
+from torch.utils._pytree import tree_leaves, tree_map_only
 
 from torch_xla._atomic import atomic_open
 
@@ -55,6 +55,7 @@ def _write(data: Any, path: str) -> None:
         return TensorReference(count - 1)
 
     try:
+        compute_pending(data)
         structure = tree_map_only(torch.Tensor, write_one, data)
         with atomic_open(path) as f:
             torch.save({"format": _FORMAT, "tensors": os.path.basename(folder),
@@ -63,6 +64,18 @@ def _write(data: Any, path: str) -> None:
         shutil.rmtree(folder, ignore_errors=True)
         raise
     _remove_stale_folders(path, keep=os.path.basename(folder))
+
+
+def compute_pending(data: Any) -> None:
+    """Run the pending computations of all of `data`'s XLA tensors as one graph, instead of
+    one graph per tensor as each is moved (device memory holds them all anyway)."""
+    from torch_xla.lazy import functional, rules
+
+    rules.materialize([
+        functional.unwrap(t)
+        for t in tree_leaves(data)
+        if isinstance(t, torch.Tensor) and t.device.type == "xla"
+    ])
 
 
 def _remove_stale_folders(path: str, keep: str) -> None:

@@ -1,0 +1,59 @@
+"""`copy_` and `_to_copy` between the CPU and xla devices, with PyTorch's semantics.
+
+A user's XLA tensor is a functionalization wrapper, so `cpu.copy_(xla)` reaches
+PyTorch's functionalization kernel for `copy_`, which refuses to write a
+functional tensor into a plain one unless the plain one is on PyTorch's own
+`XLA` device type (ours is PrivateUse1). Our kernel takes that one case: it
+moves the source to the host and lets the CPU `copy_` do what it always does
+(dtype conversion, broadcasting, strided and view destinations). Every other
+call goes to PyTorch's kernel, which handles `xla.copy_(anything)` through
+the engine's `copy` rule (`lazy/rules.py`). PyTorch's `_to_copy` kernel has the
+same blind spot, fixed the same way.
+"""
+
+from __future__ import annotations
+
+import torch
+
+_original: torch._C._SafeKernelFunction | None = None
+_original_to_copy: torch._C._SafeKernelFunction | None = None
+_is_functional = torch._is_functional_tensor
+
+
+def functional_copy_(keyset, self, src, non_blocking=False):
+    """The Functionalize kernel of `aten::copy_` (about 2 us more than PyTorch's alone)."""
+    if _is_functional(self) or not _is_functional(src) or src.device.type != "xla":
+        return _original.call_boxed(keyset, self, src, non_blocking)
+    return self.copy_(src.to("cpu"), non_blocking)
+
+
+def functional_to_copy(keyset, *args, **kwargs):
+    """The Functionalize kernel of `aten::_to_copy` (`.to(dtype)`, `.to('xla:1')`, ...).
+
+    PyTorch's wraps the result only for its own `XLA` and `Lazy` device types, so for
+    ours it would hand the user a bare engine tensor, whose views lose their writes."""
+    out = _original_to_copy.call_boxed(keyset, *args, **kwargs)
+    if out.device.type == "xla" and not _is_functional(out):
+        return torch._to_functional_tensor(out)
+    return out
+
+
+def copy_from(src, dst, non_blocking=False):
+    """`dst.copy_(src)` when ATen's CPU copy hands a copy involving an engine tensor over."""
+    from torch_xla.lazy import functional, rules
+
+    src_inner = functional.unwrap(src) if torch._is_functional_tensor(src) else src
+    if dst.device.type == "cpu":
+        return dst.copy_(rules.to_cpu(src_inner) if src.device.type == "xla" else src_inner)
+    inner = functional.unwrap(dst) if torch._is_functional_tensor(dst) else dst
+    inner._set(*rules.copy_value(inner, src_inner).value)
+    return dst
+
+
+def register(library: torch.library.Library) -> None:
+    global _original, _original_to_copy
+    _original = torch.library.get_kernel("aten::copy_", "Functionalize")
+    _original_to_copy = torch.library.get_kernel("aten::_to_copy", "Functionalize")
+    library.impl("_copy_from", copy_from, "PrivateUse1")
+    library.impl("copy_", functional_copy_, "Functionalize", with_keyset=True)
+    library.impl("_to_copy", functional_to_copy, "Functionalize", with_keyset=True)
