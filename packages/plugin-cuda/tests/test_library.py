@@ -1,20 +1,31 @@
+import importlib
 import importlib.util
 import os
 import sys
+import types
 
 import pytest
 
 from torch_xla.plugins import PluginError
 from torch_xla_cuda import library
 
-PJRT_INSTALLED = any(library.package_directory(module) for module, _ in library.PJRT_PACKAGES)
+STAND_INS = [module for module, _ in library.PJRT_PACKAGES]
 
 
 @pytest.fixture
 def site(tmp_path, monkeypatch):
-    """A fresh site directory on sys.path where tests install stand-in PJRT packages."""
-    monkeypatch.delitem(sys.modules, "jax_plugins", raising=False)
-    monkeypatch.syspath_prepend(os.fspath(tmp_path))
+    """A `jax_plugins` namespace that holds only the stand-in PJRT packages a test installs.
+
+    The packages really installed here (if any) are out of sight, so each test sees exactly
+    what it builds; the stand-ins' `__init__` raises if anything imports them.
+    """
+    namespace = tmp_path / "jax_plugins"
+    namespace.mkdir()
+    hidden = types.ModuleType("jax_plugins")
+    hidden.__path__ = [os.fspath(namespace)]
+    monkeypatch.setitem(sys.modules, "jax_plugins", hidden)
+    for module in STAND_INS:
+        monkeypatch.delitem(sys.modules, module, raising=False)
 
     def install(module: str, with_library: bool = True) -> str:
         package = tmp_path.joinpath(*module.split("."))
@@ -25,11 +36,12 @@ def site(tmp_path, monkeypatch):
         importlib.invalidate_caches()
         return os.fspath(package / library.LIBRARY_FILE)
 
-    return install
+    yield install
+    for module in STAND_INS:  # what keep_jax_from_registering_it put there
+        sys.modules.pop(module, None)
 
 
-@pytest.mark.skipif(PJRT_INSTALLED, reason="a jax-cuda PJRT package is installed here")
-def test_without_a_pjrt_package_the_error_names_the_extras():
+def test_without_a_pjrt_package_the_error_names_the_extras(site):
     with pytest.raises(PluginError) as error:
         library.find_library()
     message = str(error.value)
@@ -63,3 +75,25 @@ def test_env_override(monkeypatch, tmp_path):
     monkeypatch.setenv("GPU_LIBRARY_PATH", os.fspath(tmp_path / "missing.so"))
     with pytest.raises(PluginError, match="missing.so.*is not a file"):
         library.find_library()
+
+
+def test_jax_discovery_finds_a_stand_in_that_registers_nothing(site):
+    """jax imports every jax_plugins.* package and calls its initialize(): after
+    keep_jax_from_registering_it that is a no-op, and the real package is never imported."""
+    path = site("jax_plugins.xla_cuda13")
+    library.keep_jax_from_registering_it()
+    module = importlib.import_module("jax_plugins.xla_cuda13")  # what jax's discovery does
+    assert module.initialize() is None
+    assert library.find_library() == path  # the library is still found where installed
+    assert "jax_plugins.xla_cuda12" not in sys.modules  # absent packages get no stand-in
+
+
+def test_configuring_the_plugin_keeps_jax_from_registering_cuda(site):
+    from torch_xla_cuda import CudaPlugin
+
+    site("jax_plugins.xla_cuda12")
+    CudaPlugin().configure_single_process()
+    assert importlib.import_module("jax_plugins.xla_cuda12").initialize() is None
+    sys.modules.pop("jax_plugins.xla_cuda12")
+    CudaPlugin().configure_multiprocess(0, 2)
+    assert importlib.import_module("jax_plugins.xla_cuda12").initialize() is None

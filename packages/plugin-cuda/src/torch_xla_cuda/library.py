@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
+import types
 
 from torch_xla.plugins import PluginError
 
@@ -58,3 +60,28 @@ def package_directory(module: str) -> str | None:
     if spec is None or not spec.submodule_search_locations:
         return None
     return list(spec.submodule_search_locations)[0]
+
+
+def keep_jax_from_registering_it() -> None:
+    """Stop jax's own plugin discovery from registering "cuda" a second time.
+
+    At its first backend query jax imports every installed `jax_plugins.*` package and
+    calls its `initialize()`, which registers the same library under "cuda" again: an
+    ALREADY_EXISTS error logged as a "Jax plugin configuration error" (or, where its CUDA
+    version check runs first, a failed check) in every CUDA process. The core registers
+    the library itself (with our client options), so each installed package is stood in
+    for by a module whose `initialize()` does nothing; jax finds it already imported.
+    Call this before the client exists; other platforms never call it.
+    """
+    for module, _ in PJRT_PACKAGES:
+        if module in sys.modules or package_directory(module) is None:
+            continue
+        stand_in = types.ModuleType(module, "Registered by torch_xla_cuda, not by jax.")
+        stand_in.__spec__ = importlib.util.find_spec(module)  # still found where installed
+        stand_in.__path__ = list(stand_in.__spec__.submodule_search_locations)
+        stand_in.initialize = _registered_by_torch_xla
+        sys.modules[module] = stand_in
+
+
+def _registered_by_torch_xla() -> None:
+    """jax's plugin hook: nothing to do, the core registered the library as "cuda"."""

@@ -39,6 +39,7 @@ class CudaPlugin(DevicePlugin):
 
     def configure_single_process(self) -> None:
         self.local_rank, self.local_world_size = 0, 1
+        library.keep_jax_from_registering_it()
 
     def configure_multiprocess(self, local_rank: int, local_world_size: int) -> None:
         if not 0 <= local_rank < local_world_size:
@@ -46,6 +47,7 @@ class CudaPlugin(DevicePlugin):
                 f"CUDA process rank {local_rank} is outside 0..{local_world_size - 1}."
             )
         self.local_rank, self.local_world_size = local_rank, local_world_size
+        library.keep_jax_from_registering_it()
 
     def client_create_options(self) -> dict[str, Any]:
         """Options of the CUDA PJRT client (names as XLA's pjrt_c_api_gpu_internal.cc)."""

@@ -20,6 +20,7 @@ import numpy as np
 from torch_xla import _metrics
 from torch_xla.lazy import dtype_policy, dump, ir, replicas, rng
 from torch_xla.lazy.tensor import XLATensor, forget_pending, pending_tensors
+from torch_xla.lowering import policy
 from torch_xla.pjrt.client import client
 
 
@@ -286,7 +287,10 @@ def _compile(device: int, order, position, leaves, values) -> Program:
 
 def _stable_key(device: int, order, position, values) -> str:
     """A process-independent name for the persistent compilation cache."""
-    text = [client().name, str(device), str(client().device(device).device_kind)]
+    text = [client().name, str(device), str(client().device(device).device_kind),
+            # what else changes the lowering: storage types and the plugin's policies
+            repr(sorted((str(k), str(v)) for k, v in dtype_policy.STORAGE.items())),
+            f"{policy.dense_gather_factor}|{policy.rng_algorithm}"]
     for n in order:
         refs = [(position[id(c)], i) for c, i in n.inputs]
         text.append(f"{n.op}|{n.template!r}|{refs}|{n.avals}|{getattr(n.rule, '__qualname__', '')}")

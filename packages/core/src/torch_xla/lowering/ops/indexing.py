@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from torch_xla.lowering import policy
 from torch_xla.lowering.ops._common import aten, canon_dim, to_array
 from torch_xla.lowering.registry import DataDependentShapeError, register
 
@@ -32,8 +33,43 @@ def _index_tuple(indices):
     return tuple(result)
 
 
+def _take(x, index, axis):
+    """jnp.take along `axis`; without an XLA gather when the plugin's dense_gather_factor
+    covers the table: a one-hot dot for float tables (an inf or NaN in the table then
+    reaches every looked-up row), a one-hot select and sum otherwise."""
+    rows = x.shape[axis]
+    if not policy.dense_gather(rows):
+        return jnp.take(x, index, axis=axis)
+    index = jnp.where(index < 0, index + rows, index)
+    hot = index[..., None] == jnp.arange(rows, dtype=index.dtype)
+    table = jnp.moveaxis(x, axis, 0)
+    if jnp.issubdtype(x.dtype, jnp.inexact):  # exact: 1 * v plus zeros, at full precision
+        out = jax.lax.dot_general(hot.astype(x.dtype), table, (((index.ndim,), (0,)), ((), ())),
+                                  precision=jax.lax.Precision.HIGHEST,
+                                  preferred_element_type=x.dtype)
+    else:
+        picked = jnp.where(hot.reshape(hot.shape + (1,) * (table.ndim - 1)), table, 0)
+        out = jnp.any(picked, axis=index.ndim) if x.dtype == np.bool_ else jnp.sum(
+            picked, axis=index.ndim, dtype=x.dtype)
+    # out is index dims + x's other dims; jnp.take puts the index dims at `axis`.
+    k = index.ndim
+    order = list(range(k, k + axis)) + list(range(k)) + list(range(k + axis, out.ndim))
+    return out.transpose(order)
+
+
+def _single_integer_index(indices):
+    """(axis, index) when `indices` holds one integer tensor and otherwise only Nones."""
+    given = [(axis, i) for axis, i in enumerate(indices) if i is not None]
+    if len(given) == 1 and not _is_mask(given[0][1]):
+        return given[0]
+    return None
+
+
 @register(aten.index.Tensor, aten._unsafe_index.Tensor)
 def index(x, indices):
+    single = _single_integer_index(indices)
+    if single is not None and policy.dense_gather(x.shape[single[0]]):
+        return _take(x, single[1], single[0])
     return x[_index_tuple(indices)]
 
 
@@ -75,7 +111,7 @@ def index_put(x, indices, values, accumulate=False, unsafe=False):
 def index_select(x, dim, index):
     if x.ndim == 0:
         return x.reshape(())
-    return jnp.take(x, index.reshape(-1), axis=canon_dim(dim, x.ndim))
+    return _take(x, index.reshape(-1), canon_dim(dim, x.ndim))
 
 
 def _scatter_where(index, dim):
@@ -91,7 +127,23 @@ def gather(x, dim, index, *, sparse_grad=False):
         return jnp.zeros(index.shape, x.dtype)
     if x.ndim == 0:
         return x[()] * jnp.ones(index.shape, x.dtype)
-    return x[_scatter_where(index, canon_dim(dim, x.ndim))]
+    axis = canon_dim(dim, x.ndim)
+    if policy.dense_gather(x.shape[axis]):
+        return _dense_gather(x, axis, index)
+    return x[_scatter_where(index, axis)]
+
+
+def _dense_gather(x, axis, index):
+    """torch.gather as a one-hot select and sum along `axis` (PyTorch/XLA's dense gather)."""
+    x = x[tuple(slice(None) if d == axis else slice(0, n) for d, n in enumerate(index.shape))]
+    rows = x.shape[axis]
+    positions = jnp.arange(rows, dtype=index.dtype).reshape((rows,) + (1,) * (x.ndim - axis - 1))
+    hot = jnp.expand_dims(index, axis + 1) == positions
+    zero = -0.0 if jnp.issubdtype(x.dtype, jnp.inexact) else 0  # -0.0 + v is v, even for -0.0
+    picked = jnp.where(hot, jnp.expand_dims(x, axis), jnp.asarray(zero, x.dtype))
+    if x.dtype == np.bool_:
+        return jnp.any(picked, axis=axis + 1)
+    return jax.lax.reduce(picked, np.array(zero, x.dtype), jax.lax.add, (axis + 1,))
 
 
 def _scatter_src(src, index, dtype):
@@ -227,7 +279,7 @@ def index_reduce(x, dim, index, source, reduce, *, include_self=True):
 
 @register(aten.take.default)
 def take(x, index):
-    return jnp.take(x.reshape(-1), index)
+    return _take(x.reshape(-1), index, 0)
 
 
 @register(aten.put.default)
@@ -254,7 +306,7 @@ def masked_scatter(x, mask, source):
 
 @register(aten.embedding.default)
 def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return jnp.take(weight, indices, axis=0)
+    return _take(weight, indices, 0)
 
 
 @register(aten.embedding_dense_backward.default)

@@ -1,17 +1,51 @@
 """Random ops. Each receives `rng=`: a raw uint32[2] JAX PRNG key (jax.random.PRNGKey).
 
-The bit streams differ from torch's; distributions match.
+The key becomes a key of the plugin's `rng_algorithm()`: every op draws its bits from
+one XLA RngBitGenerator with that algorithm ("default" lets the backend choose). The
+bit streams differ from torch's; distributions match.
 """
 
 from __future__ import annotations
 
 import jax
+import jax.extend.random
 import jax.numpy as jnp
 import numpy as np
 
-from torch_xla.lowering import dtypes
+from torch_xla.lowering import dtypes, policy
 from torch_xla.lowering.ops._common import aten, int_list, jax_dtype, upcast
 from torch_xla.lowering.registry import register
+
+_ALGORITHMS = {
+    "default": jax.lax.RandomAlgorithm.RNG_DEFAULT,
+    "threefry": jax.lax.RandomAlgorithm.RNG_THREE_FRY,
+    "philox": jax.lax.RandomAlgorithm.RNG_PHILOX,
+}
+_UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32, 64: np.uint64}
+
+
+def _bit_generator_impl(name: str, algorithm: jax.lax.RandomAlgorithm):
+    """jax's "rbg" key (uint32[4], split and fold_in by threefry), drawing bits with
+    `algorithm`; jax's own rbg always uses RNG_DEFAULT."""
+    rbg = jax.extend.random.rbg_prng_impl
+
+    def random_bits(key, bit_width, shape):
+        _, bits = jax.lax.rng_bit_generator(key, tuple(shape), dtype=_UINT[bit_width],
+                                            algorithm=algorithm)
+        return bits
+
+    return jax.extend.random.define_prng_impl(
+        key_shape=(4,), seed=rbg.seed, split=rbg.split, random_bits=random_bits,
+        fold_in=rbg.fold_in, name=f"torch_xla_{name}", tag=f"txla_{name}")
+
+
+_IMPLS = {name: _bit_generator_impl(name, a) for name, a in _ALGORITHMS.items()}
+
+
+def _key(rng):
+    """The engine's raw uint32[2] key as a typed key of the plugin's algorithm."""
+    data = jnp.concatenate([rng, rng])  # as jax's rbg seeds its uint32[4] keys
+    return jax.random.wrap_key_data(data, impl=_IMPLS[policy.rng_algorithm])
 
 
 def _float_dtype(dtype) -> np.dtype:
@@ -21,13 +55,13 @@ def _float_dtype(dtype) -> np.dtype:
 def _uniform(rng, shape, dtype, low=0.0, high=1.0):
     """Uniform in [low, high), sampled in float32 at least so half types are not biased."""
     c = upcast(dtype) if dtypes.is_floating(dtype) else np.dtype(np.float64)
-    u = jax.random.uniform(rng, tuple(shape), c, low, high)
+    u = jax.random.uniform(_key(rng), tuple(shape), c, low, high)
     return u.astype(dtype)
 
 
 def _normal(rng, shape, dtype):
     c = upcast(dtype)
-    return jax.random.normal(rng, tuple(shape), c)
+    return jax.random.normal(_key(rng), tuple(shape), c)
 
 
 @register(aten.bernoulli.default, needs_rng=True)
@@ -83,7 +117,7 @@ def randn_like(x, *, generator=None, dtype=None, layout=None, device=None, pin_m
 
 
 def _randint(rng, low, high, shape, dtype):
-    values = jax.random.randint(rng, tuple(shape), low, high, dtype=np.int64)
+    values = jax.random.randint(_key(rng), tuple(shape), low, high, dtype=np.int64)
     return values.astype(dtype)
 
 
@@ -149,19 +183,19 @@ def normal_float_float(mean, std, size, *, generator=None, dtype=None, layout=No
 @register(aten.randperm.default, aten.randperm.generator, needs_rng=True)
 def randperm(n, *, generator=None, dtype=None, layout=None, device=None, pin_memory=None,
              rng):
-    return jax.random.permutation(rng, n).astype(jax_dtype(dtype, np.int64))
+    return jax.random.permutation(_key(rng), n).astype(jax_dtype(dtype, np.int64))
 
 
 @register(aten.exponential.default, needs_rng=True)
 def exponential(x, lambd=1.0, *, generator=None, rng):
     c = upcast(x.dtype)
-    return (jax.random.exponential(rng, x.shape, c) / lambd).astype(x.dtype)
+    return (jax.random.exponential(_key(rng), x.shape, c) / lambd).astype(x.dtype)
 
 
 @register(aten.cauchy.default, needs_rng=True)
 def cauchy(x, median=0.0, sigma=1.0, *, generator=None, rng):
     c = upcast(x.dtype)
-    return (jax.random.cauchy(rng, x.shape, c) * sigma + median).astype(x.dtype)
+    return (jax.random.cauchy(_key(rng), x.shape, c) * sigma + median).astype(x.dtype)
 
 
 @register(aten.log_normal.default, needs_rng=True)
@@ -171,7 +205,7 @@ def log_normal(x, mean=1.0, std=2.0, *, generator=None, rng):
 
 @register(aten.geometric.default, needs_rng=True)
 def geometric(x, p, *, generator=None, rng):
-    u = jax.random.uniform(rng, x.shape, np.float64, minval=np.finfo(np.float64).tiny)
+    u = jax.random.uniform(_key(rng), x.shape, np.float64, minval=np.finfo(np.float64).tiny)
     return jnp.ceil(jnp.log(u) / np.log1p(-p)).astype(x.dtype)
 
 
@@ -206,10 +240,10 @@ def multinomial(probs, num_samples, replacement=False, *, generator=None, rng):
     if replacement:
         shape = probs.shape[:-1] + (num_samples,)
         batch_logits = jnp.expand_dims(logits, -2)
-        draws = jax.random.categorical(rng, batch_logits, axis=-1,
+        draws = jax.random.categorical(_key(rng), batch_logits, axis=-1,
                                        shape=probs.shape[:-1] + (num_samples,))
         return draws.reshape(shape).astype(np.int64)
     # Without replacement: the Gumbel top-k trick samples k distinct categories.
-    gumbel = jax.random.gumbel(rng, probs.shape, logits.dtype)
+    gumbel = jax.random.gumbel(_key(rng), probs.shape, logits.dtype)
     _, indices = jax.lax.top_k(logits + gumbel, num_samples)
     return indices.astype(np.int64)

@@ -1,0 +1,43 @@
+"""The active plugin's lowering policies, as plain values the op lowerings read.
+
+Lowerings never ask the plugin registry: the runtime client calls
+`apply_plugin_policy` when it starts (`pjrt.client.on_start`), before any graph
+is lowered, and the values stay fixed for the life of the process (as the device
+type does). Until then they are `DevicePlugin`'s defaults.
+
+The same call makes the plugin's `autocast_dtype()` the default of
+`torch.autocast('xla')` (whose kernels are in `backend/autocast.py`). This
+module loads with the engine (`torch_xla.core.xla_model` imports it), so
+normally before the client starts; if the client started first, `on_start`
+applies the policies the moment this module loads.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torch_xla.pjrt.client import on_start
+
+# Gathers from tables of at most this many rows lower without an XLA gather.
+dense_gather_factor: int = 0
+# "default", "threefry" or "philox": the bit generator of every random op.
+rng_algorithm: str = "default"
+
+
+def apply_plugin_policy(runtime: Any) -> None:
+    """Read the started plugin's `dense_gather_factor()`, `rng_algorithm()` and
+    `autocast_dtype()` (torch keeps that one per thread: it is set in this thread)."""
+    global dense_gather_factor, rng_algorithm
+    dense_gather_factor = int(runtime.plugin.dense_gather_factor())
+    rng_algorithm = runtime.plugin.rng_algorithm()
+    torch.set_autocast_dtype("xla", runtime.plugin.autocast_dtype())
+
+
+def dense_gather(rows: int) -> bool:
+    """Whether a gather from a table of `rows` rows lowers densely."""
+    return 0 < rows <= dense_gather_factor
+
+
+on_start(apply_plugin_policy)
