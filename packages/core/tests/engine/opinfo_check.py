@@ -58,6 +58,71 @@ RANDOM = frozenset(
 )
 
 
+# Why an entry is not native (shown in docs/op-coverage.md next to the error or the
+# fallback ops): data only, never consulted when checking.
+_DATA_DEPENDENT = "the output shape depends on the values (no static shape under jit)"
+_CHECK_ERRORS = (
+    "`_linalg_check_errors` returns nothing: the engine runs ops without outputs on the "
+    "CPU, which raises torch's errors for singular inputs"
+)
+_NO_META = "torch has no meta kernel for it (the engine needs the output shape to record)"
+_RNG = "random values come from XLA's generator, not torch's CPU one"
+WHY_NOT_NATIVE: dict[str, str] = {
+    "allclose": "returns a Python bool (a host sync), not a tensor",
+    "combinations": "torch builds it with masked_select: " + _DATA_DEPENDENT,
+    "masked_select": _DATA_DEPENDENT,
+    "nonzero": _DATA_DEPENDENT,
+    "argwhere": _DATA_DEPENDENT,
+    "unique": _DATA_DEPENDENT,
+    "unique_consecutive": _DATA_DEPENDENT,
+    "bincount": _DATA_DEPENDENT,
+    "index_fill": "the backward of a tensor fill value calls _unique: " + _DATA_DEPENDENT,
+    "index_put": "the backward of a boolean-mask index_put indexes by the mask: "
+    + _DATA_DEPENDENT,
+    "sparse.sampled_addmm": "sparse layouts are not supported on XLA",
+    "sparse.mm.reduce": "sparse layouts are not supported on XLA",
+    "to_sparse": "sparse layouts are not supported on XLA",
+    "resize_": "storage resize has no functional meaning on XLA",
+    "chalf": "complex32 has no XLA type",
+    "geqrf": _NO_META + "; jax has no public geqrf",
+    "linalg.lstsq": _NO_META,
+    "linalg.lstsq.grad_oriented": _NO_META,
+    "nn.functional.ctc_loss": "_ctc_loss_backward: " + _NO_META,
+    "linalg.ldl_factor": "no LDL factorization in jax; " + _CHECK_ERRORS,
+    "linalg.ldl_factor_ex": "no LDL factorization in jax",
+    "linalg.ldl_solve": "no LDL factorization in jax",
+    "linalg.cholesky": _CHECK_ERRORS,
+    "linalg.eig": _CHECK_ERRORS,
+    "linalg.eigvals": _CHECK_ERRORS,
+    "linalg.inv": _CHECK_ERRORS,
+    "linalg.lu_factor": _CHECK_ERRORS,
+    "linalg.solve": _CHECK_ERRORS,
+    "linalg.tensorinv": _CHECK_ERRORS,
+    "linalg.tensorsolve": _CHECK_ERRORS,
+    "linalg.eigh": "eigenvectors are unique only up to sign; jax's LAPACK picks other signs",
+    "matrix_exp": "float32 rounding grows with each squaring: on these samples torch's own "
+    "float32 result is 2e-3 off float64 (ours 5e-4), beyond the 1e-4 tolerance",
+    "topk": "torch's CPU topk orders tied values by libstdc++'s nth_element; ours by index",
+    "sort": "torch's unstable CPU sort orders tied values by libstdc++'s introsort; ours is "
+    "stable",
+    "argsort": "as sort: torch's unstable CPU sort orders ties by libstdc++'s introsort",
+    "tensor_split": "the sample's index tensor must stay on the CPU (torch requires it); "
+    "this check moves every tensor to the device",
+    "as_strided.partial_views": "the input is a view into a larger storage; "
+    "functionalization replays as_strided on the base",
+    "native_batch_norm": "in eval mode torch's CPU kernel returns empty save_mean/invstd, "
+    "its meta kernel (C,) ones; the engine follows the meta kernel (the values are unused)",
+    "_native_batch_norm_legit": "as native_batch_norm: eval-mode statistics' shape",
+    "nn.functional.scaled_dot_product_attention": _RNG + " (the samples with dropout_p > 0)",
+    "nn.functional.multi_head_attention_forward": _RNG + " (the samples with dropout_p > 0)",
+    "nn.functional.fractional_max_pool2d": "not lowered; its pooling regions are random",
+    "nn.functional.fractional_max_pool3d": "its pooling regions are random: " + _RNG,
+    "svd_lowrank": "U and V are unique only up to signs, which the random projection "
+    "decides: " + _RNG,
+    "pca_lowrank": "as svd_lowrank: signs decided by a random projection",
+}
+
+
 @dataclasses.dataclass
 class Result:
     name: str
@@ -260,11 +325,17 @@ def write_report(path: str, dtypes=(torch.float32, torch.int64, torch.bool)) -> 
         f"- CPU fallback (matches eager, runs `aten::` ops on the host): {by_status['fallback']}",
         f"- failing: {by_status['failing']}",
         "",
+        "Rows that are not native say why (`WHY_NOT_NATIVE` in opinfo_check.py), then, in",
+        "parentheses, the error or the `aten::` ops that ran on the host.",
+        "",
         "| op | dtype | status | detail |",
         "|---|---|---|---|",
     ]
     for r in tested:
-        detail = r.reason.replace("|", "\\|").replace("\n", " ")
+        detail = r.reason
+        if r.status != "native" and r.name in WHY_NOT_NATIVE:
+            detail = f"{WHY_NOT_NATIVE[r.name]} ({detail})"
+        detail = detail.replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {r.name} | {str(r.dtype).replace('torch.', '')} | {r.status} | {detail} |")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -71,6 +71,16 @@ CI_OPS = [
     "clone",
     "topk",
     "sort",
+    # Lowered since the coverage drive of issue 3 (see docs/op-coverage.md).
+    "kthvalue",
+    "linalg.det",
+    "polar",
+    "polygamma.polygamma_n_2",
+    "special.bessel_y0",
+    "hash_tensor",
+    "nn.functional.embedding_bag",
+    "nn.functional.multi_margin_loss",
+    "_segment_reduce.lengths",
 ]
 DTYPES = [torch.float32, torch.int64, torch.bool]
 

@@ -82,8 +82,8 @@ OP_DTYPE_TOLERANCE: dict[tuple[str, torch.dtype], tuple[float, float, str]] = {
                                                 "bfloat16 before adding"),
     ("aten.convolution.default", torch.bfloat16): (0.1, 0.5, "torch rounds partial sums "
                                                    "of bfloat16 convolutions"),
-    ("aten.linalg_matrix_exp.default", torch.float32): (1e-3, 2e-3, "different Pade order "
-                                                         "and scaling than torch"),
+    ("aten.linalg_matrix_exp.default", torch.float32): (1e-3, 2e-3, "float32 rounding "
+                                                         "grows with each squaring"),
 }
 
 # Ops whose values are not defined by torch (uninitialised memory) or are random: only
@@ -111,7 +111,6 @@ IGNORED_OUTPUTS: dict[str, tuple[tuple[int, ...], str]] = {
     "aten._linalg_solve_ex.default": ((1, 2), "LU factors depend on pivoting"),
     "aten.topk.default": ((1,), "indices of equal values are unspecified"),
     "aten.sort.default": ((1,), "torch's unstable sort orders equal values arbitrarily"),
-    "aten.kthvalue.default": ((1,), "index of equal values is unspecified"),
     "aten.median.dim": ((1,), "index of equal values is unspecified"),
     "aten.nanmedian.dim": ((1,), "index of equal values is unspecified"),
     "aten.mode.default": ((1,), "index of equal values is unspecified"),
@@ -120,6 +119,9 @@ IGNORED_OUTPUTS: dict[str, tuple[tuple[int, ...], str]] = {
                                               "save_mean/invstd, the meta kernel (C,): unused"),
     "aten._native_batch_norm_legit_no_training.default": ((1, 2), "same eval-mode stats"),
     "aten.native_layer_norm.default": ((1, 2), "mean/rstd shapes differ on CPU for 0-size"),
+    "aten._embedding_bag.default": ((1, 2, 3), "bookkeeping for the backward: the CPU kernel "
+                                    "leaves some empty, the lowering follows the meta kernel"),
+    "aten._embedding_bag_forward_only.default": ((1, 2, 3), "same bookkeeping outputs"),
     "aten.max_pool2d_with_indices.default": ((), ""),
 }
 

@@ -215,3 +215,73 @@ def test_sdpa_cpu_kernels():
         out, lse = aten._scaled_dot_product_flash_attention_for_cpu.default(q, k, v, 0.0, causal)
         check_op(aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
                  (_randn(*out.shape), q, k, v, out, lse, 0.0, causal))
+
+
+EMBEDDING_BAGS = [
+    # (mode, per_sample_weights, include_last_offset, padding_idx, scale_grad_by_freq)
+    (0, False, False, -1, False), (0, True, False, -1, False), (0, False, True, 2, False),
+    (1, False, False, -1, False), (1, False, True, 2, True), (0, False, False, 4, True),
+    (2, False, False, -1, False), (2, False, True, 2, False),
+]
+
+
+@pytest.mark.parametrize("case", EMBEDDING_BAGS, ids=range(len(EMBEDDING_BAGS)))
+def test_embedding_bag_forward_and_backward(case):
+    """The lowering's bookkeeping outputs take the meta kernel's shapes (the CPU kernel
+    leaves some empty), so the output and the gradients are compared with eager's."""
+    mode, weighted, last, padding_idx, by_freq = case
+    torch.manual_seed(0)
+    weight = _randn(10, 3)
+    indices = torch.tensor([1, 2, 4, 5, 4, 3, 2, 9, 4])
+    offsets = torch.tensor([0, 4, 4, 7])  # the third bag is empty
+    psw = _randn(9) if weighted else None
+    args = (weight, indices, offsets, by_freq, mode, False, psw, last, padding_idx)
+    expected = aten._embedding_bag.default(*args)
+    on_meta = aten._embedding_bag.default(*[a.to("meta") if isinstance(a, torch.Tensor)
+                                            else a for a in args])
+    ours = lowering.lookup(aten._embedding_bag.default).fn(*[
+        jnp.asarray(a.numpy()) if isinstance(a, torch.Tensor) else a for a in args])
+    torch.testing.assert_close(torch.from_numpy(np.asarray(ours[0])), expected[0])
+    assert [tuple(o.shape) for o in ours] == [tuple(m.shape) for m in on_meta]
+    grad = _randn(*expected[0].shape)
+    tail = (10, by_freq, mode, False, psw, padding_idx)
+    want = aten._embedding_bag_backward.default(grad, indices, offsets, *expected[1:], 10,
+                                                False, *tail[2:])
+    if by_freq:  # torch's CPU kernel divides by the count of another row (it indexes the
+        # counts by group number); CUDA and the docs divide each row by its own count.
+        want = want / torch.bincount(indices, minlength=10).clamp(min=1)[:, None]
+    got = lowering.lookup(aten._embedding_bag_backward.default).fn(
+        jnp.asarray(grad.numpy()), jnp.asarray(indices.numpy()), jnp.asarray(offsets.numpy()),
+        *ours[1:], *tail[:4], None if psw is None else jnp.asarray(psw.numpy()), padding_idx)
+    torch.testing.assert_close(torch.from_numpy(np.asarray(got)), want)
+    if weighted:
+        want = aten._embedding_bag_per_sample_weights_backward.default(
+            grad, weight, indices, offsets, expected[1], mode, padding_idx)
+        got = lowering.lookup(aten._embedding_bag_per_sample_weights_backward.default).fn(
+            jnp.asarray(grad.numpy()), jnp.asarray(weight.numpy()),
+            jnp.asarray(indices.numpy()), jnp.asarray(offsets.numpy()), ours[1], mode,
+            padding_idx)
+        torch.testing.assert_close(torch.from_numpy(np.asarray(got)), want)
+
+
+RESAMPLERS = [aten.upsample_bicubic2d, aten._upsample_bilinear2d_aa, aten._upsample_bicubic2d_aa]
+RESAMPLE_CASES = [  # (input H, W), output (H, W), align_corners, scales
+    ((5, 7), [9, 4], False, (None, None)), ((5, 7), [9, 4], True, (None, None)),
+    ((6, 6), [2, 3], False, (None, None)), ((6, 6), [1, 13], True, (None, None)),
+    ((4, 5), [10, 7], False, (2.5, 1.5)), ((9, 8), [3, 3], False, (0.4, 0.35)),
+]
+
+
+@pytest.mark.parametrize("packet", RESAMPLERS, ids=lambda p: p._qualified_op_name)
+@pytest.mark.parametrize("case", RESAMPLE_CASES, ids=range(len(RESAMPLE_CASES)))
+def test_separable_resampling_and_backward(packet, case):
+    (h, w), size, align_corners, scales = case
+    torch.manual_seed(0)
+    x = _randn(2, 3, h, w)
+    check_op(packet.default, (x, size, align_corners, *scales))
+    check_op(getattr(aten, packet._qualified_op_name.split("::")[1] + "_backward").default,
+             (_randn(2, 3, *size), size, [2, 3, h, w], align_corners, *scales))
+    if scales[0] is None:
+        check_op(packet.vec, (x, size, align_corners, None))
+    else:
+        check_op(packet.vec, (x, None, align_corners, list(scales)))

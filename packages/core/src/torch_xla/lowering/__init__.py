@@ -25,10 +25,12 @@ from torch_xla.lowering import dtypes
 from torch_xla.lowering.decompositions import decompositions
 from torch_xla.lowering.ops import (  # noqa: F401  (imported to register their lowerings)
     activations,
+    bessel,
     elementwise,
     factories,
     fft,
     foreach,
+    gamma,
     indexing,
     linalg,
     nn,

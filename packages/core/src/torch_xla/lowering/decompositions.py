@@ -2,8 +2,9 @@
 
 Source order: PyTorch's Core ATen decompositions (`core_aten_decompositions()`, the set
 torch.export uses), then any other entry of `torch._decomp.decomposition_table` for ops
-that still have neither. Ops we lower natively are left out, so a native lowering always
-wins over a decomposition.
+that still have neither, then our own (`OWN`, for ops torch has no decomposition and no
+meta kernel for: the engine needs a meta kernel to record a lowering). Ops we lower
+natively are left out, so a native lowering always wins over a decomposition.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 
+import torch
 from torch._ops import OpOverload
 
 from torch_xla.lowering.registry import lookup
@@ -25,6 +27,20 @@ EXCLUDED: dict[str, str] = {
 }
 
 
+aten = torch.ops.aten
+OWN: dict[OpOverload, Callable] = {}
+
+
+def _own(op: OpOverload) -> Callable[[Callable], Callable]:
+    def decorate(fn: Callable) -> Callable:
+        if op in OWN:
+            raise ValueError(f"{op} already has our decomposition {OWN[op].__qualname__}")
+        OWN[op] = fn
+        return fn
+
+    return decorate
+
+
 @functools.cache
 def _torch_table() -> dict[OpOverload, Callable]:
     import torch._decomp as decomp
@@ -33,6 +49,10 @@ def _torch_table() -> dict[OpOverload, Callable]:
     for op, fn in decomp.decomposition_table.items():
         if isinstance(op, OpOverload):
             table.setdefault(op, fn)
+    clashes = [str(op) for op in OWN if op in table]
+    if clashes:
+        raise ValueError(f"torch now decomposes {clashes}: remove ours from OWN")
+    table.update(OWN)
     return {op: fn for op, fn in table.items() if str(op) not in EXCLUDED}
 
 
@@ -50,3 +70,127 @@ def decomposition_for(op: OpOverload) -> Callable | None:
     if lookup(op) is not None:
         return None
     return _torch_table().get(op)
+
+
+# --- our decompositions ----------------------------------------------------------------
+
+
+def _loss_grad_scale(grad: torch.Tensor, reduction: int, n: int) -> torch.Tensor:
+    """d(reduced loss)/d(per-sample loss), as an (n, 1) column (reduction 0/1/2 = none,
+    mean, sum)."""
+    if reduction == 0:
+        return grad.reshape(n, 1)
+    return (grad / n if reduction == 1 else grad).reshape(1, 1).expand(n, 1)
+
+
+@_own(aten.multi_margin_loss_backward.default)
+def multi_margin_loss_backward(grad, x, target, p, margin, weight=None, reduction=1):
+    """Each active hinge z_j = margin - x[y] + x[j] > 0 (j != y) adds dz_j^p / C to x[j] and
+    takes it from x[y]; the weight of class y scales the sample's terms."""
+    classes = x.shape[-1] if x.dim() else 1
+    rows, labels = x.reshape(-1, classes), target.reshape(-1, 1)
+    is_label = torch.arange(classes, device=x.device) == labels
+    z = margin - rows.gather(1, labels) + rows
+    slope = (z > 0).to(x.dtype) * (1 if p == 1 else 2 * z)
+    slope = slope.masked_fill(is_label, 0)
+    if weight is not None:
+        slope = slope * weight[labels.reshape(-1)].reshape(-1, 1)
+    slope = slope * _loss_grad_scale(grad, reduction, rows.shape[0]) / classes
+    return (slope - is_label * slope.sum(1, keepdim=True)).reshape(x.shape)
+
+
+@_own(aten.multilabel_margin_loss_backward.default)
+def multilabel_margin_loss_backward(grad, x, target, reduction, is_target):
+    """Each listed target t and non-target j with 1 - (x[t] - x[j]) > 0 adds 1/C to x[j] and
+    takes it from x[t]; the target list ends at the first -1."""
+    classes = x.shape[-1] if x.dim() else 1
+    rows, labels = x.reshape(-1, classes), target.reshape(-1, classes)
+    listed = (labels != -1).to(torch.int64).cumprod(1).bool()
+    safe = labels.masked_fill(~listed, 0)
+    others = ~is_target.reshape(-1, classes).bool()
+    z = 1 - (rows.gather(1, safe).unsqueeze(2) - rows.unsqueeze(1))
+    active = (z > 0) & listed.unsqueeze(2) & others.unsqueeze(1)
+    scale = _loss_grad_scale(grad, reduction, rows.shape[0]) / classes
+    active = active.to(x.dtype) * scale.unsqueeze(2)
+    to_others = active.sum(1)
+    from_targets = torch.zeros_like(rows).scatter_add(1, safe, active.sum(2))
+    return (to_others - from_targets).reshape(x.shape)
+
+
+def _linear_edges(low: torch.Tensor, high: torch.Tensor, bins: int) -> torch.Tensor:
+    """torch's linspace(low, high, bins + 1): the first half counts up from low, the rest
+    down from high; an empty range widens to +-0.5 (numpy's rule)."""
+    empty = low == high
+    low, high = torch.where(empty, low - 0.5, low), torch.where(empty, high + 0.5, high)
+    step = (high - low) / bins
+    i = torch.arange(bins + 1, device=low.device).to(low.dtype)
+    return torch.where(i < (bins + 1) // 2, low + i * step, high - (bins - i) * step)
+
+
+def _outer_edges(points: torch.Tensor, bins, range_) -> list[torch.Tensor]:
+    """Per dimension, the bin edges from `range_` or from the points' min and max."""
+    edges = []
+    for d, count in enumerate(bins):
+        if range_ is not None:
+            low = torch.tensor(range_[2 * d], dtype=points.dtype, device=points.device)
+            high = torch.tensor(range_[2 * d + 1], dtype=points.dtype, device=points.device)
+        elif points.shape[0] == 0:
+            low = high = torch.zeros((), dtype=points.dtype, device=points.device)
+        else:
+            low, high = torch.aminmax(points[:, d])
+        edges.append(_linear_edges(low, high, count))
+    return edges
+
+
+def _histogramdd(points: torch.Tensor, edges, weight, density) -> torch.Tensor:
+    """torch's CPU histogram: a point counts when every coordinate lies within its edges
+    (NaN never does), in the bin upper_bound(edges, x) - 1, the last bin closed."""
+    counts = [e.shape[0] - 1 for e in edges]
+    flat = torch.zeros((), dtype=torch.int64, device=points.device)
+    keep = torch.ones(points.shape[0], dtype=torch.bool, device=points.device)
+    for d, e in enumerate(edges):
+        x = points[:, d].contiguous()
+        pos = torch.searchsorted(e, x, right=True) - 1
+        pos = torch.where(pos == counts[d], pos - 1, pos).clamp(0, max(counts[d] - 1, 0))
+        keep = keep & (x >= e[0]) & (x <= e[-1])
+        flat = flat * counts[d] + pos
+    ones = torch.ones(points.shape[0], dtype=points.dtype, device=points.device)
+    values = torch.where(keep, ones if weight is None else weight.reshape(-1), 0)
+    total = int(torch.Size(counts).numel())
+    hist = torch.zeros(total, dtype=points.dtype, device=points.device)
+    hist = hist.index_add(0, torch.where(keep, flat, 0).reshape(-1), values).reshape(counts)
+    if density:
+        hist = hist / hist.sum()
+        for d, e in enumerate(edges):
+            shape = [1] * len(edges)
+            shape[d] = counts[d]
+            hist = hist / (e[1:] - e[:-1]).reshape(shape)
+    return hist
+
+
+@_own(aten.histogram.bin_ct)
+def histogram_bin_ct(x, bins=100, *, range=None, weight=None, density=False):  # noqa: A002
+    points = x.reshape(-1, 1)
+    edges = _outer_edges(points, [bins], range)
+    return _histogramdd(points, edges, weight, density), edges[0]
+
+
+@_own(aten.histogram.bins_tensor)
+def histogram_bins_tensor(x, bins, *, weight=None, density=False):
+    return _histogramdd(x.reshape(-1, 1), [bins], weight, density), bins.clone()
+
+
+@_own(aten._histogramdd_bin_edges.default)
+def histogramdd_bin_edges(x, bins, *, range=None, weight=None, density=False):  # noqa: A002
+    return _outer_edges(x.reshape(-1, x.shape[-1]), bins, range)
+
+
+@_own(aten._histogramdd_from_bin_cts.default)
+def histogramdd_from_bin_cts(x, bins, *, range=None, weight=None, density=False):  # noqa: A002
+    points = x.reshape(-1, x.shape[-1])
+    return _histogramdd(points, _outer_edges(points, bins, range), weight, density)
+
+
+@_own(aten._histogramdd_from_bin_tensors.default)
+def histogramdd_from_bin_tensors(x, bins, *, weight=None, density=False):
+    return _histogramdd(x.reshape(-1, x.shape[-1]), list(bins), weight, density)

@@ -278,7 +278,8 @@ def imag(x):
     return jnp.imag(x)
 
 
-@register(aten.conj.default, aten._conj.default, aten._conj_physical.default)
+@register(aten.conj.default, aten._conj.default, aten._conj_copy.default,
+          aten._conj_physical.default)
 def conj(x):
     return jnp.conj(x) if dtypes.is_complex(x.dtype) else x
 
@@ -439,7 +440,6 @@ register(aten.special_xlog1py.default, aten.special_xlog1py.self_scalar,
 register(aten.copysign.Tensor, aten.copysign.Scalar)(_float_binary(jnp.copysign))
 register(aten.igamma.default)(_float_binary(jsp.gammainc))
 register(aten.igammac.default)(_float_binary(jsp.gammaincc))
-register(aten.special_zeta.default)(_float_binary(jsp.zeta))
 
 
 @register(aten.nextafter.default)
@@ -631,12 +631,6 @@ def logit(x, eps=None):
     if eps is not None:
         x = jnp.clip(x, eps, 1 - eps)
     return jnp.log(x / (1 - x)).astype(out)
-
-
-@register(aten.polygamma.default)
-def polygamma(n, x):
-    out = dtypes.float_type(x)
-    return jsp.polygamma(n, x.astype(upcast(out))).astype(out)
 
 
 register(aten.special_modified_bessel_i0.default)(_float_unary(jsp.i0))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
@@ -18,6 +20,8 @@ def _matmul(a, b):
     c = upcast(dtype)
     if dtypes.is_integral(c, include_bool=True):
         out = jnp.matmul(a.astype(c), b.astype(c), preferred_element_type=c)
+    elif c != dtype:  # 16-bit operands (an accelerator's fast path, autocast's point), f32 sums
+        out = jnp.matmul(a.astype(dtype), b.astype(dtype), preferred_element_type=c)
     else:
         out = jnp.matmul(a.astype(c), b.astype(c), precision=HIGHEST)
     return out.astype(dtype)
@@ -76,10 +80,19 @@ def trace(x):
     return jnp.trace(x).astype(dtypes.sum_type(x.dtype))
 
 
+def _det_lu(a):
+    """The LU factors torch's det/slogdet kernels return for their backward: of A^T for a
+    contiguous real A (LAPACK's column-major view of it, free of a copy; engine tensors
+    are contiguous), of A for complex A."""
+    if not dtypes.is_complex(a.dtype):
+        a = jnp.swapaxes(a, -1, -2)
+    lu, pivots, _ = lax.linalg.lu(a)
+    return lu, (pivots + 1).astype(np.int32)
+
+
 @register(aten._linalg_det.default)
 def linalg_det(a):
-    lu, pivots, _ = lax.linalg.lu(a)
-    return jnp.linalg.det(a), lu, (pivots + 1).astype(np.int32)
+    return (jnp.linalg.det(a), *_det_lu(a))
 
 
 @register(aten.linalg_det.default)
@@ -90,8 +103,7 @@ def det(a):
 @register(aten._linalg_slogdet.default)
 def linalg_slogdet(a):
     sign, logabsdet = jnp.linalg.slogdet(a)
-    lu, pivots, _ = lax.linalg.lu(a)
-    return sign, logabsdet, lu, (pivots + 1).astype(np.int32)
+    return (sign, logabsdet, *_det_lu(a))
 
 
 @register(aten.linalg_cholesky_ex.default)
@@ -169,17 +181,106 @@ def linalg_lu_factor_ex(a, *, pivot=True, check_errors=False):
     return lu, (pivots + 1).astype(np.int32), jnp.zeros(a.shape[:-2], np.int32)
 
 
+@register(aten.linalg_householder_product.default, aten.orgqr.default)
+def householder_product(a, tau):
+    return lax.linalg.householder_product(a, tau)
+
+
+@register(aten.ormqr.default)
+def ormqr(a, tau, other, left=True, transpose=False):
+    """Q (or Q^H) times `other` from the side `left` says, Q the full square product of
+    the reflectors in `a` (zero taus beyond k are identity reflectors)."""
+    m = a.shape[-2]
+    square = jnp.zeros(a.shape[:-1] + (m,), a.dtype).at[..., : a.shape[-1]].set(
+        a[..., :, :m])
+    taus = jnp.zeros(tau.shape[:-1] + (m,), tau.dtype).at[..., : tau.shape[-1]].set(tau)
+    q = lax.linalg.householder_product(square, taus)
+    if transpose:
+        q = jnp.swapaxes(jnp.conj(q), -1, -2)
+    return _matmul(q, other) if left else _matmul(other, q)
+
+
 @register(aten.linalg_cross.default)
 def linalg_cross(a, b, *, dim=-1):
     a, b = jnp.broadcast_arrays(a, b)
     return jnp.cross(a, b, axis=dim)
 
 
+# torch's matrix exponential (Bader, Blanes, Casas 2019: optimized Taylor polynomials of
+# degree 1, 2, 4, 8, 12, 18 chosen by the 1-norm, scaling and squaring above the last).
+_EXP_THETAS = {
+    np.dtype(np.float32): (1.192092800768788e-07, 5.978858893805233e-04, 5.116619363445086e-02,
+                           5.800524627688768e-01, 1.461661507209034e+00, 3.010066362817634e+00),
+    np.dtype(np.float64): (2.220446049250313e-16, 2.580956802971767e-08, 3.397168839976962e-04,
+                           4.991228871115323e-02, 2.996158913811580e-01, 1.090863719290036e+00),
+}
+_T12 = ((9.0198e-16, 0.46932117595418237389, -0.20099424927047284052, -0.04623946134063071740),
+        (5.31597895759871264183, 1.19926790417132231573, 0.01179296240992997031,
+         0.01108844528519167989),
+        (0.18188869982170434744, 0.05502798439925399070, 0.09351590770535414968,
+         0.00610700528898058230),
+        (-2.0861320e-13, -0.13181061013830184015, -0.02027855540589259079,
+         -0.00675951846863086359))
+_T18 = ((0., -1.00365581030144618291e-01, -8.02924648241156932449e-03,
+         -8.92138498045729985177e-04, 0.),
+        (0., 3.97849749499645077844e-01, 1.36783778460411720168e+00,
+         4.98289622525382669416e-01, -6.37898194594723280150e-04),
+        (-1.09676396052962061844e+01, 1.68015813878906206114e+00, 5.71779846478865511061e-02,
+         -6.98210122488052056106e-03, 3.34975017086070470649e-05),
+        (-9.04316832390810593223e-02, -6.76404519071381882256e-02, 6.75961301770459654925e-02,
+         2.95552570429315521194e-02, -1.39180257516060693404e-05),
+        (0., 0., -9.23364619367118555360e-02, -1.69364939002081722752e-02,
+         -1.40086798182036094347e-05))
+
+
+def _combine(coefficients, powers):
+    return [sum(c * p for c, p in zip(row, powers, strict=False)) for row in coefficients]
+
+
+def _taylor_exps(a):
+    """torch's T1 ... T18 polynomials of `a` (T18 unscaled)."""
+    mm = functools.partial(jnp.matmul, precision=HIGHEST)
+    eye = jnp.broadcast_to(jnp.eye(a.shape[-1], dtype=a.dtype), a.shape)
+    a2 = mm(a, a)
+    a3 = mm(a, a2)
+    t4 = eye + a + mm(a2, eye / 2 + a / 6 + a2 / 24)
+    r177 = 0.1330413469565007072504e+2
+    x3 = 2 / 3
+    x1, x2 = x3 * ((1 + r177) / 88), x3 * ((1 + r177) / 352)
+    x4, x5 = (-271 + 29 * r177) / (315 * x3), (-11 + 11 * r177) / (1260 * x3)
+    x6, x7 = (-99 + 11 * r177) / (5040 * x3), (89 - r177) / (5040 * x3)
+    a4 = mm(a2, x1 * a + x2 * a2)
+    a8 = mm(x3 * a2 + a4, x4 * eye + x5 * a + x6 * a2 + x7 * a4)
+    t8 = eye + a + (857 - 58 * r177) / 630 * a2 + a8
+    b = _combine(_T12, (eye, a, a2, a3))
+    b[2] = b[2] + mm(b[3], b[3])
+    t12 = b[0] + mm(b[1] + b[2], b[2])
+    b = _combine(_T18, (eye, a, a2, a3, mm(a3, a3)))
+    b[3] = b[3] + mm(b[0], b[4])
+    t18 = b[1] + mm(b[2] + b[3], b[3])
+    return (eye + a, eye + a + a2 / 2, t4, t8, t12), t18
+
+
 @register(aten.linalg_matrix_exp.default)
 def linalg_matrix_exp(a):
-    from jax.scipy.linalg import expm
+    c = upcast(a.dtype)
+    x = a.astype(c)
+    if x.shape[-1] <= 1:
+        return jnp.exp(x).astype(a.dtype)
+    thetas = _EXP_THETAS[np.dtype(jnp.finfo(c).dtype)]
+    norm = jnp.max(jnp.sum(jnp.abs(x), axis=-2), axis=-1)[..., None, None]
+    low_degree, _ = _taylor_exps(x)
+    steps = jnp.maximum(jnp.ceil(jnp.log2(norm / thetas[5])), 0)
+    _, scaled = _taylor_exps(x / jnp.exp2(steps).astype(c))
 
-    return expm(a.astype(upcast(a.dtype))).astype(a.dtype)
+    def square(p, m):
+        return jnp.where(p < steps, jnp.matmul(m, m, precision=HIGHEST), m)
+
+    out = lax.fori_loop(0, jnp.max(steps, initial=0).astype(np.int32), square, scaled)
+    for i, t in enumerate(low_degree):
+        lower = -1 if i == 0 else thetas[i - 1]
+        out = jnp.where((norm > lower) & (norm <= thetas[i]) & (norm < thetas[4]), t, out)
+    return out.astype(a.dtype)
 
 
 @register(aten.diag_embed.default)

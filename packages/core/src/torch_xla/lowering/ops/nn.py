@@ -901,6 +901,95 @@ def upsample_linear_backward(grad, output_size, input_size, align_corners, *scal
     return pullback(grad)[0]
 
 
+def _cubic_matrix(in_size, out_size, align_corners, scale):
+    """Bicubic (A = -0.75) taps as a matrix; torch clamps the taps at the borders."""
+    ratio = np.float32(_source_scale(in_size, out_size, align_corners, scale))
+    dst = np.arange(out_size, dtype=np.float32)
+    src = dst * ratio if align_corners else (dst + np.float32(0.5)) * ratio - np.float32(0.5)
+    low = np.floor(src)
+    m = np.zeros((out_size, in_size))
+    for k, w in enumerate(_cubic_weights((src - low).astype(np.float64))):
+        taps = np.clip(low.astype(np.int64) - 1 + k, 0, in_size - 1)
+        np.add.at(m, (np.arange(out_size), taps), w)
+    return m
+
+
+def _triangle(x):
+    return np.maximum(1 - np.abs(x), 0)
+
+
+def _keys_cubic(x):
+    x = np.abs(x)
+    near, far = _cubic_weights(x, a=-0.5)[1], _cubic_weights(x - 1, a=-0.5)[0]
+    return np.where(x < 1, near, np.where(x < 2, far, 0))
+
+
+def _antialias_matrix(filter_fn, interp_size):
+    """torch's anti-aliased resampling: the filter widened by the downscale factor and each
+    row normalised to sum to one (`_compute_weights_aa`)."""
+
+    def matrix(in_size, out_size, align_corners, scale):
+        ratio = _source_scale(in_size, out_size, align_corners, scale)
+        support = interp_size * 0.5 * (ratio if ratio >= 1 else 1)
+        inverse = 1 / ratio if ratio >= 1 else 1
+        m = np.zeros((out_size, in_size))
+        for i in range(out_size):
+            center = ratio * (i + 0.5)
+            first = max(int(center - support + 0.5), 0)
+            taps = np.arange(first, min(int(center + support + 0.5), in_size))
+            w = filter_fn((taps - center + 0.5) * inverse)
+            m[i, taps] = w / w.sum() if w.sum() != 0 else w
+        return m
+
+    return matrix
+
+
+def _resample(x, output_size, align_corners, scales, matrix):
+    """Separable resampling of the trailing len(output_size) dims, one matrix per dim."""
+    c = upcast(x.dtype)
+    out = x.astype(c)
+    n = len(output_size)
+    scales = list(scales) if scales else [None] * n
+    for axis, o, s in zip(range(x.ndim - n, x.ndim), int_list(output_size), scales, strict=True):
+        m = jnp.asarray(matrix(x.shape[axis], o, align_corners, s), c)
+        out = jnp.moveaxis(jnp.tensordot(out, m, axes=[[axis], [1]], precision=HIGHEST), -1,
+                           axis)
+    return out.astype(x.dtype)
+
+
+_RESAMPLERS = {
+    "bicubic": _cubic_matrix,
+    "bilinear_aa": _antialias_matrix(_triangle, 2),
+    "bicubic_aa": _antialias_matrix(_keys_cubic, 4),
+}
+
+
+def _resampling(kind):
+    def lower(x, output_size, align_corners, *scales):
+        return _resample(x, output_size, align_corners, _given_scales(scales), _RESAMPLERS[kind])
+
+    def lower_vec(x, output_size, align_corners, scale_factors):
+        size = _output_size(x, output_size, scale_factors, 2)
+        return _resample(x, size, align_corners, scale_factors, _RESAMPLERS[kind])
+
+    def backward(grad, output_size, input_size, align_corners, *scales):
+        x = jnp.zeros(tuple(input_size), grad.dtype)
+        _, pullback = jax.vjp(lambda v: lower(v, output_size, align_corners, *scales), x)
+        return pullback(grad)[0]
+
+    for fn, suffix in ((lower, ""), (lower_vec, "_vec"), (backward, "_backward")):
+        fn.__qualname__ = f"upsample_{kind}{suffix}"
+    return lower, lower_vec, backward
+
+
+for _kind, _name in (("bicubic", "upsample_bicubic2d"), ("bilinear_aa", "_upsample_bilinear2d_aa"),
+                     ("bicubic_aa", "_upsample_bicubic2d_aa")):
+    _lower, _lower_vec, _backward = _resampling(_kind)
+    register(getattr(aten, _name).default)(_lower)
+    register(getattr(aten, _name).vec)(_lower_vec)
+    register(getattr(aten, f"{_name}_backward").default)(_backward)
+
+
 # ---------------------------------------------------------------------------------------
 # Distances, patches, sampling.
 
@@ -1053,10 +1142,13 @@ def grid_sampler(x, grid, interpolation_mode, padding_mode, align_corners):
     return _grid_sample(x, grid, interpolation_mode, padding_mode, align_corners)
 
 
-@register(aten._embedding_bag.default)
+@register(aten._embedding_bag.default, aten._embedding_bag_forward_only.default)
 def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sparse=False,
                   per_sample_weights=None, include_last_offset=False, padding_idx=-1):
-    """(output, offset2bag, bag_size, max_indices) laid out as torch's CPU kernel does."""
+    """(output, offset2bag, bag_size, max_indices) shaped as torch's meta kernel, which the
+    engine trusts: offset2bag has one bag id per index, bag_size one count per offset,
+    max_indices is empty unless mode is max. (The CPU kernel leaves some of them empty;
+    only `output` reaches the user, the rest feed the backward.)"""
     n_bags = offsets.shape[0] - (1 if include_last_offset else 0)
     positions = jnp.arange(indices.shape[0])
     bag = jnp.sum(positions[:, None] >= offsets[None, :n_bags], axis=1) - 1
@@ -1066,7 +1158,8 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sp
     rows = weight[indices]
     if per_sample_weights is not None:
         rows = rows * per_sample_weights[:, None].astype(rows.dtype)
-    counts = jnp.zeros((n_bags,), np.int64).at[bag].add(keep.astype(np.int64))
+    counts = jnp.zeros((offsets.shape[0],), np.int64).at[bag].add(keep.astype(np.int64))
+    offset2bag = bag.astype(np.int64)
     width = weight.shape[1]
     if mode == 2:  # max, with the index of the winning row per column
         low = jnp.asarray(-jnp.inf, weight.dtype)
@@ -1075,31 +1168,63 @@ def embedding_bag(weight, indices, offsets, scale_grad_by_freq=False, mode=0, sp
         is_best = (masked == out[bag]) & keep[:, None]
         candidates = jnp.where(is_best, indices[:, None], jnp.iinfo(np.int64).max)
         argmax = jnp.full((n_bags, width), jnp.iinfo(np.int64).max).at[bag].min(candidates)
-        empty = counts[:, None] == 0
+        empty = counts[:n_bags, None] == 0
         out = jnp.where(empty, jnp.zeros((), weight.dtype), out)
         max_indices = jnp.where(empty, 0, argmax)  # torch leaves 0 for empty bags
-        return out.astype(out_dtype), bag.astype(np.int64), counts, max_indices.astype(np.int64)
+        return out.astype(out_dtype), offset2bag, counts, max_indices.astype(np.int64)
     out = jnp.zeros((n_bags, width), weight.dtype).at[bag].add(
         jnp.where(keep[:, None], rows, jnp.zeros((), weight.dtype)))
+    no_max_indices = jnp.zeros((0,), np.int64)
     if mode == 1:  # mean
-        out = out / jnp.maximum(counts, 1)[:, None].astype(weight.dtype)
-        return out.astype(out_dtype), bag.astype(np.int64), counts, counts
-    zeros = jnp.zeros((n_bags,), np.int64)
-    offset2bag = bag.astype(np.int64) if padding_idx >= 0 else jnp.zeros((0,), np.int64)
-    return out.astype(out_dtype), offset2bag, zeros, zeros
+        out = out / jnp.maximum(counts[:n_bags], 1)[:, None].astype(weight.dtype)
+        return out.astype(out_dtype), offset2bag, counts, no_max_indices
+    return out.astype(out_dtype), offset2bag, jnp.zeros_like(counts), no_max_indices
 
 
-@register(aten._embedding_bag_forward_only.default)
-def embedding_bag_forward_only(weight, indices, offsets, scale_grad_by_freq=False, mode=0,
-                               sparse=False, per_sample_weights=None,
-                               include_last_offset=False, padding_idx=-1):
-    out = embedding_bag(weight, indices, offsets, scale_grad_by_freq, mode, sparse,
-                        per_sample_weights, include_last_offset, padding_idx)
-    if mode != 0:
-        return out
-    # The forward-only sum kernel sizes its (all-zero) scratch outputs by the offsets.
-    zeros = jnp.zeros((offsets.shape[0],), np.int64)
-    return out[0], out[1], zeros, zeros
+@register(aten._embedding_bag_dense_backward.default)
+def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices,
+                                 num_weights, scale_grad_by_freq, mode, per_sample_weights,
+                                 padding_idx=-1):
+    """The weight's gradient from the bookkeeping outputs of `embedding_bag` above."""
+    c = upcast(grad.dtype)
+    grad = grad.astype(c)
+    width = grad.shape[1]
+    if mode == 2:  # max: each column's gradient goes to that column's winning row
+        filled = (bag_size[: grad.shape[0]] > 0)[:, None]
+        columns = jnp.broadcast_to(jnp.arange(width), maximum_indices.shape)
+        out = jnp.zeros((num_weights, width), c).at[maximum_indices, columns].add(
+            jnp.where(filled, grad, jnp.zeros((), c)))
+        return out.astype(grad.dtype)
+    rows = grad[offset2bag]
+    if mode == 1:
+        rows = rows / bag_size[offset2bag][:, None].astype(c)
+    if per_sample_weights is not None:
+        rows = rows * per_sample_weights[:, None].astype(c)
+    if scale_grad_by_freq:
+        counts = jnp.zeros((num_weights,), c).at[indices].add(1)
+        rows = rows / counts[indices][:, None]
+    rows = jnp.where((indices != padding_idx)[:, None], rows, jnp.zeros((), c))
+    return jnp.zeros((num_weights, width), c).at[indices].add(rows)
+
+
+@register(aten._embedding_bag_backward.default)
+def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices,
+                           num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights,
+                           padding_idx=-1):
+    if sparse:
+        raise NotImplementedError("embedding_bag(sparse=True) gives a sparse gradient; XLA "
+                                  "tensors are dense: pass sparse=False")
+    return embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices,
+                                        num_weights, scale_grad_by_freq, mode,
+                                        per_sample_weights, padding_idx)
+
+
+@register(aten._embedding_bag_per_sample_weights_backward.default)
+def embedding_bag_per_sample_weights_backward(grad, weight, indices, offsets, offset2bag,
+                                              mode, padding_idx=-1):
+    c = upcast(grad.dtype)
+    dots = jnp.sum(grad.astype(c)[offset2bag] * weight.astype(c)[indices], axis=1)
+    return jnp.where(indices == padding_idx, jnp.zeros((), c), dots).astype(grad.dtype)
 
 
 @register(aten.adaptive_avg_pool1d.default)

@@ -197,6 +197,151 @@ def count_nonzero(x, dim=None):
     return jnp.sum(x != 0, axis=reduce_dims(dim, x.ndim)).astype(np.int64)
 
 
+def _float64_bits(x):
+    """The bits of float32 values widened to float64, by integer ops (no float64 in the
+    graph): exponent rebiased, mantissa shifted, subnormals normalised."""
+    u = lax.bitcast_convert_type(x.astype(np.float32), np.uint32).astype(np.uint64)
+    sign, exp, man = u >> 31, (u >> 23) & 0xFF, u & 0x7FFFFF
+    top = 63 - lax.clz(man).astype(np.int64)  # highest set bit of a subnormal's mantissa
+    sub_exp = jnp.maximum(top - 149 + 1023, 0).astype(np.uint64)
+    sub_man = (man - (np.uint64(1) << top.astype(np.uint64))) << (52 - top).astype(np.uint64)
+    exp64 = jnp.where(exp == 0xFF, np.uint64(0x7FF), exp + 896)
+    exp64 = jnp.where(exp == 0, jnp.where(man == 0, np.uint64(0), sub_exp), exp64)
+    man64 = jnp.where((exp == 0) & (man != 0), sub_man, man << 29)
+    return (sign << 63) | (exp64 << 52) | man64
+
+
+@register(aten.hash_tensor.default)
+def hash_tensor(x, dim=(), *, keepdim=False, mode=0):
+    """XOR of the elements' bits after widening to float64 / int64 (mode 0, torch's only)."""
+    if mode != 0:
+        raise ValueError(f"hash_tensor: mode {mode} is not supported, only mode=0 (xor)")
+    if x.dtype == np.float64:
+        bits = lax.bitcast_convert_type(x, np.uint64)
+    elif jnp.issubdtype(x.dtype, jnp.floating):
+        bits = _float64_bits(x)
+    elif jnp.issubdtype(x.dtype, jnp.unsignedinteger):
+        bits = x.astype(np.uint64)
+    else:
+        bits = lax.bitcast_convert_type(x.astype(np.int64), np.uint64)
+    axes = reduce_dims(dim, x.ndim)
+    out = lax.reduce(bits, np.uint64(0), lax.bitwise_xor, axes)
+    return jnp.expand_dims(out, axes) if keepdim else out
+
+
+# ---------------------------------------------------------------------------------------
+# segment_reduce: reductions over runs of rows given by lengths or offsets along `axis`
+# (lengths/offsets carry the data's leading dims: shape data.shape[:axis] + (segments,)).
+
+
+def _segments(data, lengths, offsets, axis):
+    """(data as (batch, rows, ...), offsets as (batch, segments + 1), leading shape)."""
+    axis = canon_dim(axis, data.ndim)
+    lead = data.shape[:axis]
+    if offsets is None:
+        zero = jnp.zeros(lengths.shape[:-1] + (1,), lengths.dtype)
+        offsets = jnp.concatenate([zero, jnp.cumsum(lengths, axis=-1)], axis=-1)
+    batch = int(np.prod(lead, dtype=np.int64))
+    rows = data.reshape((batch,) + data.shape[axis:])
+    return rows, offsets.reshape(batch, -1), lead
+
+
+def _segment_ids(offsets, rows):
+    """The segment of each row; rows outside every segment get id `segments` (dropped)."""
+    j = jnp.arange(rows)
+    ids = jnp.sum(offsets[None, 1:] <= j[:, None], axis=1)
+    return jnp.where(j < offsets[0], offsets.shape[0] - 1, ids)
+
+
+def _column(v, like):
+    return v.reshape(v.shape + (1,) * (like.ndim - 1))
+
+
+def _segment_forward(reduce, initial):
+    def one(d, offsets):
+        n = offsets.shape[0] - 1
+        ids = _segment_ids(offsets, d.shape[0])
+        count = _column(offsets[1:] - offsets[:-1], d)
+        start = None if initial is None else jnp.asarray(initial, d.dtype)
+        if reduce in ("sum", "mean"):
+            total = jax.ops.segment_sum(d, ids, n) + (0 if start is None else start)
+            if reduce == "sum":
+                return total
+            empty = jnp.asarray(jnp.nan, d.dtype) if start is None else start
+            return jnp.where(count > 0, total / jnp.maximum(count, 1).astype(d.dtype), empty)
+        if reduce == "prod":
+            return jax.ops.segment_prod(d, ids, n) * (1 if start is None else start)
+        found = (jax.ops.segment_max if reduce == "max" else jax.ops.segment_min)(d, ids, n)
+        pick = jnp.maximum if reduce == "max" else jnp.minimum
+        return found if start is None else pick(start, found)
+
+    return one
+
+
+@register(aten.segment_reduce.default)
+def segment_reduce(data, reduce, *, lengths=None, indices=None, offsets=None, axis=0,
+                   unsafe=False, initial=None):
+    if indices is not None:
+        raise NotImplementedError("segment_reduce: indices= is not supported (nor by torch)")
+    rows, offs, lead = _segments(data, lengths, offsets, axis)
+    c = upcast(data.dtype)
+    out = jax.vmap(_segment_forward(reduce, initial))(rows.astype(c), offs)
+    return out.reshape(lead + out.shape[1:]).astype(data.dtype)
+
+
+def _segment_backward(reduce, initial):
+    """torch's CPU backward, quirks included: tied max/min rows share the gradient, but
+    only positive gradients are divided; prod recomputes the product without a zero row."""
+
+    def one(g_out, out, d, offsets):
+        n = offsets.shape[0] - 1
+        ids = _segment_ids(offsets, d.shape[0])
+        g = jnp.take(g_out, ids, axis=0, mode="fill", fill_value=0)
+        at = jnp.take(out, ids, axis=0, mode="fill", fill_value=0)
+        zero = jnp.zeros((), d.dtype)
+        if reduce == "sum":
+            return g
+        if reduce == "mean":
+            count = _column(jnp.take(offsets[1:] - offsets[:-1], ids, mode="fill",
+                                     fill_value=1), d)
+            return g / count.astype(d.dtype)
+        if reduce in ("max", "min"):
+            hit = jnp.isnan(d) | (d == at)
+            ties = jnp.take(jax.ops.segment_sum(hit.astype(d.dtype), ids, n), ids, axis=0,
+                            mode="fill", fill_value=0)
+            grad = jnp.where(hit, g, zero)
+            return jnp.where((ties >= 2) & (grad > 0), grad / ties, grad)
+        nan, is_zero = jnp.isnan(d), d == 0
+        special = nan | is_zero
+
+        def per_row(v):
+            return jnp.take(jax.ops.segment_sum(v, ids, n), ids, axis=0, mode="fill",
+                            fill_value=0)
+
+        zeros, nans = per_row(is_zero.astype(np.int32)), per_row(nan.astype(np.int32))
+        rest = jnp.take(jax.ops.segment_prod(jnp.where(special, 1, d), ids, n), ids, axis=0,
+                        mode="fill", fill_value=1)
+        rest = rest * (1 if initial is None else jnp.asarray(initial, d.dtype))
+        other_nans, other_zeros = nans - nan, zeros - is_zero
+        one = jnp.ones((), d.dtype)
+        others = jnp.where(other_nans > 0, jnp.nan * one, jnp.where(other_zeros > 0, zero, one))
+        return jnp.where(special, g * rest * others, g * at / d)
+
+    return one
+
+
+@register(aten._segment_reduce_backward.default)
+def segment_reduce_backward(grad, output, data, reduce, *, lengths=None, offsets=None, axis=0,
+                            initial=None):
+    rows, offs, lead = _segments(data, lengths, offsets, axis)
+    c = upcast(data.dtype)
+    batch = rows.shape[0]
+    g = grad.reshape((batch,) + grad.shape[len(lead):]).astype(c)
+    out = output.reshape(g.shape).astype(c)
+    result = jax.vmap(_segment_backward(reduce, initial))(g, out, rows.astype(c), offs)
+    return result.reshape(data.shape).astype(data.dtype)
+
+
 @register(aten.logsumexp.default)
 def logsumexp(x, dim=(), keepdim=False):
     out = dtypes.float_type(x)
@@ -342,14 +487,76 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     return lax.slice_in_dim(values, 0, k, axis=axis), lax.slice_in_dim(indices, 0, k, axis=axis)
 
 
+def _greater_or_nan(a, b):
+    """torch's selection order: NaN above everything, then by value."""
+    return (jnp.isnan(a) & ~jnp.isnan(b)) | (a > b)
+
+
+def _swap_if(flag, arrays, a, b):
+    out = []
+    for arr in arrays:
+        va, vb = arr[a], arr[b]
+        out.append(arr.at[a].set(jnp.where(flag, vb, va)).at[b].set(jnp.where(flag, va, vb)))
+    return out
+
+
+def _partition(arr, idx, low, high, active):
+    """Hoare partition around arr[low] (torch's inner loop); returns the arrays and the
+    stopping points i, j."""
+
+    def step(state):
+        arr, idx, i, j, going = state
+        piv = arr[low]
+        i = lax.while_loop(lambda i: going & _greater_or_nan(piv, arr[i]), lambda i: i + 1,
+                           i + 1)
+        j = lax.while_loop(lambda j: going & _greater_or_nan(arr[j], piv), lambda j: j - 1,
+                           j - 1)
+        crossed = j < i
+        arr, idx = _swap_if(going & ~crossed, (arr, idx), i, j)
+        return arr, idx, i, j, going & ~crossed
+
+    state = (arr, idx, low + 1, high, active)
+    arr, idx, i, j, _ = lax.while_loop(lambda st: st[-1], step, state)
+    return arr, idx, i, j
+
+
+def _quick_select(row, k):
+    """(k-th smallest value, its index) by torch's CPU quickselect (`quick_select_template`:
+    median of three, Hoare partition), so ties resolve to the index eager returns."""
+
+    def step(state):
+        arr, idx, low, high, _ = state
+        pair, big = high == low + 1, high > low + 1
+        arr, idx = _swap_if(pair & _greater_or_nan(arr[low], arr[high]), (arr, idx), low, high)
+        mid = low + (high - low) // 2
+        arr, idx = _swap_if(big, (arr, idx), mid, low + 1)
+        for a, b in ((low + 1, high), (low, high), (low + 1, low)):
+            arr, idx = _swap_if(big & _greater_or_nan(arr[a], arr[b]), (arr, idx), a, b)
+        arr, idx, i, j = _partition(arr, idx, low, high, big)
+        arr, idx = _swap_if(big, (arr, idx), low, j)
+        low = jnp.where(big & (j <= k), i, low)
+        high = jnp.where(big & (j >= k), j - 1, high)
+        return arr, idx, low, high, ~big
+
+    n = row.shape[0]
+    state = (row, jnp.arange(n, dtype=np.int64), jnp.asarray(0, np.int64),
+             jnp.asarray(n - 1, np.int64), jnp.asarray(False))
+    arr, idx = lax.while_loop(lambda st: ~st[-1], step, state)[:2]
+    return arr[k], idx[k]
+
+
 @register(aten.kthvalue.default)
 def kthvalue(x, k, dim=-1, keepdim=False):
-    values, indices = _sort(x, dim, descending=False)
     if x.ndim == 0:
-        return values, indices
+        return x, jnp.zeros((), np.int64)
     axis = canon_dim(dim, x.ndim)
-    take = lax.index_in_dim
-    return take(values, k - 1, axis, keepdim), take(indices, k - 1, axis, keepdim)
+    rows = jnp.moveaxis(x, axis, -1)
+    flat = rows.reshape(-1, rows.shape[-1])
+    values, indices = jax.vmap(lambda r: _quick_select(r, k - 1))(flat)
+    values, indices = values.reshape(rows.shape[:-1]), indices.reshape(rows.shape[:-1])
+    if keepdim:
+        values, indices = jnp.expand_dims(values, axis), jnp.expand_dims(indices, axis)
+    return values, indices
 
 
 def _median(x, dim, keepdim, ignore_nan):

@@ -316,6 +316,8 @@ def diagonal_backward(grad, input_sizes, offset, dim1, dim2):
 
 @register(aten.unfold_backward.default)
 def unfold_backward(grad, input_sizes, dim, size, step):
+    if len(input_sizes) == 0:  # a 0-d input unfolds to its one value
+        return grad.reshape(())
     axis = canon_dim(dim, len(input_sizes))
     count = grad.shape[axis]
     windows = np.arange(count)[:, None] * step + np.arange(size)[None, :]
