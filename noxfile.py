@@ -7,6 +7,8 @@ Sessions (each in its own virtualenv, so every package is tested as installed):
   integration-<py>             cross-package tests: wheels, real models, every installed plugin
   lint                         ruff over the whole tree
   main                         the README's main job
+  slow                         the long runs CI leaves out: full OpInfo sweeps (pytest -m slow)
+  coverage                     regenerate docs/op-coverage.md from the full OpInfo sweep
 """
 
 from __future__ import annotations
@@ -117,6 +119,20 @@ def main(session: nox.Session) -> None:
     session.install("scikit-learn")  # ships the digits data set: no download
     session.run("torch-xla", "plugins")
     session.run("python", "examples/train_digits.py", *session.posargs)
+
+
+@nox.session(python="3.11")
+def slow(session: nox.Session) -> None:
+    """The full OpInfo sweeps and long matrices that CI deselects (about an hour here)."""
+    install(session, "core", "plugin-cpu")
+    pytest(session, "-m", "slow", "packages/core/tests")
+
+
+@nox.session(python="3.11")
+def coverage(session: nox.Session) -> None:
+    """Rewrite docs/op-coverage.md: every OpInfo entry through the xla device (30+ min)."""
+    install(session, "core", "plugin-cpu")
+    session.run("python", "packages/core/tests/engine/opinfo_check.py", "docs/op-coverage.md")
 
 
 @nox.session(python="3.11", tags=["tests"])

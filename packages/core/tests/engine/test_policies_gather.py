@@ -15,10 +15,8 @@ import pytest
 
 from .helpers import run_python
 
-PROGRAM = """
-import json
-import torch
-import torch.nn.functional as F
+# Every program starts on a CPU plugin whose dense-gather factor is {factor}.
+DENSE_CPU = """
 import torch_xla.core.xla_model as xm
 import torch_xla.runtime as xr
 from torch_xla.plugins import register_plugin
@@ -33,7 +31,13 @@ class GatherCpu(CpuPlugin):
 register_plugin("gathercpu", GatherCpu())
 xr.set_device_type("gathercpu")
 device = xm.xla_device()
-torch.manual_seed(0)
+"""
+
+PROGRAM = """
+import json
+import torch
+import torch.nn.functional as F
+{dense_cpu}torch.manual_seed(0)
 table = torch.randn(8, 5)
 ints = torch.arange(24, dtype=torch.int32).reshape(8, 3) - 7
 flags = torch.rand(8, 3) > 0.5
@@ -61,7 +65,7 @@ print(json.dumps({{"cases": list(CASES), "results": results}}))
 
 def run(tmp_path, factor: int) -> tuple[dict, dict[str, str]]:
     dump = tmp_path / f"hlo-{factor}.txt"
-    out = run_python(PROGRAM.format(factor=factor),
+    out = run_python(PROGRAM.format(dense_cpu=DENSE_CPU.format(factor=factor)),
                      {"XLA_SAVE_TENSORS_FILE": str(dump), "XLA_SAVE_TENSORS_FMT": "hlo"})
     report = json.loads(out.strip().splitlines()[-1])
     graphs = [g.split("## END_GRAPH")[0] for g in dump.read_text().split("## BEGIN_GRAPH")[1:]]
@@ -112,21 +116,7 @@ import json, sys
 import torch
 sys.path.insert(0, {here!r})
 import opinfo_check
-import torch_xla.core.xla_model as xm
-import torch_xla.runtime as xr
-from torch_xla.plugins import register_plugin
-from torch_xla_cpu import CpuPlugin
-
-
-class GatherCpu(CpuPlugin):
-    def dense_gather_factor(self):
-        return {factor}
-
-
-register_plugin("gathercpu", GatherCpu())
-xr.set_device_type("gathercpu")
-device = xm.xla_device()
-results = {{}}
+{dense_cpu}results = {{}}
 for name, op in opinfo_check.entries({entries!r}):
     for dtype in (torch.float32, torch.bfloat16, torch.int64, torch.bool):
         r = opinfo_check.check(name, op, dtype, device)
@@ -139,8 +129,8 @@ OPINFO_ENTRIES = ["index_select", "gather", "take", "take_along_dim", "__getitem
 
 
 def opinfo(factor: int) -> dict:
-    code = OPINFO_PROGRAM.format(here=str(Path(__file__).parent), factor=factor,
-                                 entries=OPINFO_ENTRIES)
+    code = OPINFO_PROGRAM.format(here=str(Path(__file__).parent), entries=OPINFO_ENTRIES,
+                                 dense_cpu=DENSE_CPU.format(factor=factor))
     return json.loads(run_python(code).strip().splitlines()[-1])
 
 

@@ -180,6 +180,17 @@ def _divisible(t: torch.Tensor, dim: int, count: int, what: str) -> None:
         )
 
 
+def _groups_of(groups: list[list[int]] | None, parts: int, op: str, name: str) -> tuple:
+    """(world size, checked groups, group size), after checking `parts` equals the group size."""
+    world = xr.world_size()
+    groups = collectives.check_groups(groups, world)
+    count = collectives.group_size(groups, world)
+    if parts != count:
+        raise ValueError(f"{op}: {name}={parts}, but a group has {count} replicas; they must "
+                         "be equal.")
+    return world, groups, count
+
+
 def all_reduce(
     reduce_type: str, inputs: torch.Tensor | list[torch.Tensor], scale: float = 1.0,
     groups: list[list[int]] | None = None, pin_layout: bool = True,
@@ -233,12 +244,7 @@ def reduce_scatter(
 ) -> torch.Tensor:
     """Reduce over the group, then replica i of the group keeps part i along `scatter_dim`."""
     _check_reduce_type(reduce_type)
-    world = xr.world_size()
-    groups = collectives.check_groups(groups, world)
-    count = collectives.group_size(groups, world)
-    if shard_count != count:
-        raise ValueError(f"reduce_scatter: shard_count={shard_count}, but a group has {count} "
-                         "replicas; they must be equal.")
+    world, groups, count = _groups_of(groups, shard_count, "reduce_scatter", "shard_count")
     dim = _dim(input, scatter_dim)
     _divisible(input, dim, count, "reduce_scatter")
     if world == 1:
@@ -260,12 +266,7 @@ def all_to_all(
 ) -> torch.Tensor:
     """Split `value` along `split_dimension`, send part i to replica i of the group, and
     concatenate what arrives along `concat_dimension` in replica order."""
-    world = xr.world_size()
-    groups = collectives.check_groups(groups, world)
-    count = collectives.group_size(groups, world)
-    if split_count != count:
-        raise ValueError(f"all_to_all: split_count={split_count}, but a group has {count} "
-                         "replicas; they must be equal.")
+    world, groups, count = _groups_of(groups, split_count, "all_to_all", "split_count")
     split_dim, concat_dim = _dim(value, split_dimension), _dim(value, concat_dimension)
     _divisible(value, split_dim, count, "all_to_all")
     if world == 1:
