@@ -71,7 +71,8 @@ import torch_xla.runtime as xr
 
 
 def _mp_fn(index):
-    total = xm.all_reduce(xm.REDUCE_SUM, torch.full((3,), index + 1.0, device=xm.xla_device()))
+    mine = torch.full((3,), index + 1.0).to(xm.xla_device())  # per-process values as data
+    total = xm.all_reduce(xm.REDUCE_SUM, mine)
     return (xr.addressable_device_count(), xr.global_device_count(),
             jax.config.jax_cpu_collectives_implementation, total.cpu().tolist())
 
