@@ -45,8 +45,9 @@ def _done(result: Any) -> Work:
     return torch._C._distributed_c10d._create_work_from_future(future)
 
 
-def _reduce_type(op: Any) -> tuple[str, float]:
-    """(xm reduce type, scale) for a torch.distributed ReduceOp."""
+def _reduce_type(opts: Any) -> tuple[str, float]:
+    """(xm reduce type, scale) for the ReduceOp of torch.distributed options (SUM if none)."""
+    op = opts.reduceOp if opts is not None else ReduceOp.SUM
     if op == ReduceOp.AVG:
         return xm.REDUCE_SUM, 1.0 / xr.world_size()
     for known, reduce_type in _REDUCE_TYPES.items():
@@ -74,7 +75,7 @@ class ProcessGroupXla(ProcessGroup):
         return BACKEND
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
-        reduce_type, scale = _reduce_type(opts.reduceOp if opts is not None else ReduceOp.SUM)
+        reduce_type, scale = _reduce_type(opts)
         xm.all_reduce(reduce_type, tensors, scale=scale)
         return _done(tensors)
 
@@ -122,13 +123,11 @@ class ProcessGroupXla(ProcessGroup):
 
     def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
         # Every rank gets the result; torch only promises it on the root.
-        reduce_type, scale = _reduce_type(opts.reduceOp if opts is not None else ReduceOp.SUM)
-        xm.all_reduce(reduce_type, tensors, scale=scale)
-        return _done(tensors)
+        return self.allreduce(tensors, opts)
 
     def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
                        opts: Any = None) -> Work:
-        reduce_type, scale = _reduce_type(opts.reduceOp if opts is not None else ReduceOp.SUM)
+        reduce_type, scale = _reduce_type(opts)
         for output, parts in zip(outputs, inputs, strict=True):
             stacked = torch.stack(list(parts))
             part = xm.reduce_scatter(reduce_type, stacked, scale, 0, self.size())
@@ -138,7 +137,7 @@ class ProcessGroupXla(ProcessGroup):
 
     def _reduce_scatter_base(self, output: torch.Tensor, value: torch.Tensor,
                              opts: Any = None) -> Work:
-        reduce_type, scale = _reduce_type(opts.reduceOp if opts is not None else ReduceOp.SUM)
+        reduce_type, scale = _reduce_type(opts)
         with torch.no_grad():
             output.copy_(xm.reduce_scatter(reduce_type, value, scale, 0, self.size()))
         return _done(output)

@@ -110,15 +110,16 @@ class SpawnContext:
 
     def join(self) -> dict[int, Any]:
         results: dict[int, Any] = {}
-        waiting = {r.fileno(): rank for rank, r in enumerate(self._reports)}
+        owner: dict[Any, int] = {}  # each process's report pipe and exit sentinel -> its rank
+        for rank, (conn, process) in enumerate(zip(self._reports, self.processes, strict=True)):
+            owner[conn] = owner[process.sentinel] = rank
         try:
             while len(results) < len(self.processes):
                 ready = multiprocessing.connection.wait(
-                    [self._reports[rank] for rank in waiting.values() if rank not in results]
-                    + [p.sentinel for rank, p in enumerate(self.processes) if rank not in results]
+                    [waitable for waitable, rank in owner.items() if rank not in results]
                 )
                 for item in ready:
-                    rank = self._rank_of(item)
+                    rank = owner[item]
                     if rank in results:
                         continue
                     conn = self._reports[rank]
@@ -142,12 +143,6 @@ class SpawnContext:
             return results
         finally:
             self._stop()
-
-    def _rank_of(self, item: Any) -> int:
-        for rank, (conn, process) in enumerate(zip(self._reports, self.processes, strict=True)):
-            if item is conn or item == process.sentinel:
-                return rank
-        raise AssertionError(item)
 
     def _stop(self) -> None:
         for process in self.processes:

@@ -24,6 +24,10 @@ JOIN_TIMEOUT_ENV = "XLA_COORDINATOR_TIMEOUT"
 DEFAULT_JOIN_TIMEOUT = 120
 
 
+# Rendezvous calls with the same tag are numbered, so a tag can be reused every step.
+_generations: dict[str, int] = {}
+
+
 class DistributedError(RuntimeError):
     """The multi-process environment is inconsistent; the message says which variable."""
 
@@ -127,6 +131,3 @@ def exchange(tag: str, payload: bytes, timeout_s: int = 600) -> list[bytes]:
     store.key_value_delete(f"{key}/{rank}")
     return found
 
-
-# Rendezvous calls with the same tag are numbered, so a tag can be reused every step.
-_generations: dict[str, int] = {}

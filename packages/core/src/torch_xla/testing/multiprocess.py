@@ -12,6 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.utils._pytree import tree_map_only
 
 # --- collectives ----------------------------------------------------------------------
 
@@ -139,13 +140,7 @@ def assert_equal(got: Any, want: Any, name: str) -> None:
 
 
 def _cpu(data: Any) -> Any:
-    if isinstance(data, torch.Tensor):
-        return data.cpu()
-    if isinstance(data, dict):
-        return {k: _cpu(v) for k, v in data.items()}
-    if isinstance(data, list):
-        return [_cpu(v) for v in data]
-    return data
+    return tree_map_only(torch.Tensor, lambda t: t.cpu(), data)
 
 
 # --- data-parallel training -----------------------------------------------------------

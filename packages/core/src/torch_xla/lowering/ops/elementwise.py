@@ -512,12 +512,14 @@ def addcdiv(x, t1, t2, *, value=1):
 # Comparisons (computed in the promoted dtype, result bool).
 
 
-def _compare(fn):
+def _promoted(kind, fn):
+    """`fn(a, b)` after torch's type promotion of `a` and `b`."""
+
     def lower(a, b):
         a, b = promote(a, b)
         return fn(a, b)
 
-    lower.__qualname__ = f"compare[{fn.__name__}]"
+    lower.__qualname__ = f"{kind}[{fn.__name__}]"
     return lower
 
 
@@ -529,7 +531,7 @@ for _packet, _fn in {
     aten.gt: jnp.greater,
     aten.ge: jnp.greater_equal,
 }.items():
-    register(_packet.Tensor, _packet.Scalar)(_compare(_fn))
+    register(_packet.Tensor, _packet.Scalar)(_promoted("compare", _fn))
 
 
 def _logical(fn):
@@ -545,21 +547,12 @@ register(aten.logical_or.default)(_logical(jnp.logical_or))
 register(aten.logical_xor.default)(_logical(jnp.logical_xor))
 
 
-def _bitwise(fn):
-    def lower(a, b):
-        a, b = promote(a, b)
-        return fn(a, b)
-
-    lower.__qualname__ = f"bitwise[{fn.__name__}]"
-    return lower
-
-
 for _packet, _fn in {
     aten.bitwise_and: jnp.bitwise_and,
     aten.bitwise_or: jnp.bitwise_or,
     aten.bitwise_xor: jnp.bitwise_xor,
 }.items():
-    register(_packet.Tensor, _packet.Scalar, _packet.Scalar_Tensor)(_bitwise(_fn))
+    register(_packet.Tensor, _packet.Scalar, _packet.Scalar_Tensor)(_promoted("bitwise", _fn))
 
 
 def _shift_left(a, b):
@@ -574,11 +567,11 @@ def _shift_right(a, b):
 
 register(aten.bitwise_left_shift.Tensor, aten.bitwise_left_shift.Tensor_Scalar,
          aten.bitwise_left_shift.Scalar_Tensor, aten.__lshift__.Tensor, aten.__lshift__.Scalar)(
-    _bitwise(_shift_left)
+    _promoted("bitwise", _shift_left)
 )
 register(aten.bitwise_right_shift.Tensor, aten.bitwise_right_shift.Tensor_Scalar,
          aten.bitwise_right_shift.Scalar_Tensor, aten.__rshift__.Tensor,
-         aten.__rshift__.Scalar)(_bitwise(_shift_right))
+         aten.__rshift__.Scalar)(_promoted("bitwise", _shift_right))
 
 
 # ---------------------------------------------------------------------------------------
