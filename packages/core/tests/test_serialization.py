@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -64,43 +65,202 @@ def test_serialization_load_refuses_a_plain_torch_file(tmp_path):
         xser.load(str(tmp_path / "plain.pt"))
 
 
-KILLED_WRITER = """
-import os, sys, time, torch
+# Pauses inside its `pause_at`-th torch.save, the file half written, until a line comes on
+# stdin: the test kills it there, or saves to the same path meanwhile and then lets it go.
+PAUSING_WRITER = """
+import sys, torch
 import torch_xla.core.xla_model as xm
 import torch_xla.utils.serialization as xser
 
-original = torch.save
-def slow_save(obj, f, *args, **kwargs):
+pause_at, calls, original = int(sys.argv[2]), 0, torch.save
+def pausing_save(obj, f, *args, **kwargs):
+    global calls
     original(obj, f, *args, **kwargs)
-    if hasattr(f, "flush"):
+    calls += 1
+    if calls == pause_at:
         f.flush()
-    print("writing", flush=True)
-    time.sleep(60)  # killed here, mid-write
-torch.save = slow_save
+        print("writing", flush=True)
+        sys.stdin.readline()
+torch.save = pausing_save
 data = {{"w": torch.full((1000,), 2.0, device=xm.xla_device())}}
 {call}
+print("done", flush=True)
 """
 
 
-@pytest.mark.parametrize("call", ["xm.save(data, sys.argv[1])", "xser.save(data, sys.argv[1])"])
-def test_a_killed_save_leaves_the_previous_checkpoint_intact(tmp_path, device, call):
-    path = str(tmp_path / "ckpt")
-    old = {"w": torch.ones(1000, device=device)}
-    save, load = (xm.save, torch.load) if call.startswith("xm") else (xser.save, xser.load)
-    save(old, path)
+def start_writer(call: str, path: str, pause_at: int = 1) -> subprocess.Popen:
     writer = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(KILLED_WRITER.format(call=call)), path],
-        stdout=subprocess.PIPE, text=True,
+        [sys.executable, "-c", textwrap.dedent(PAUSING_WRITER.format(call=call)), path,
+         str(pause_at)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
     )
     assert writer.stdout.readline().strip() == "writing"
+    return writer
+
+
+XM_SAVE, XSER_SAVE = "xm.save(data, sys.argv[1])", "xser.save(data, sys.argv[1])"
+
+
+def savers(call: str):
+    if call == XM_SAVE:
+        return xm.save, lambda path: torch.load(path, weights_only=False)
+    return xser.save, xser.load
+
+
+# (call, which torch.save it is killed in, what the kill leaves behind)
+KILL_POINTS = [
+    (XM_SAVE, 1, "the temporary checkpoint file"),
+    (XSER_SAVE, 1, "a tensor folder, its first tensor file half written"),
+    (XSER_SAVE, 2, "a complete tensor folder and the temporary structure file"),
+]
+
+
+@pytest.mark.parametrize(("call", "pause_at", "left"), KILL_POINTS,
+                         ids=[f"{c.split('.')[0]}-{left}" for c, _, left in KILL_POINTS])
+def test_a_killed_save_leaves_the_previous_checkpoint_and_no_orphan(tmp_path, device, call,
+                                                                   pause_at, left):
+    path = str(tmp_path / "ckpt")
+    save, load = savers(call)
+    save({"w": torch.ones(1000, device=device)}, path)
+    before = set(os.listdir(tmp_path))
+    writer = start_writer(call, path, pause_at)
     os.kill(writer.pid, signal.SIGKILL)
     writer.wait(timeout=30)
-    loaded = load(path) if load is xser.load else load(path, weights_only=False)
-    torch.testing.assert_close(loaded["w"], torch.ones(1000), rtol=0, atol=0)
-    # the old checkpoint is still whole, and the next save still works
-    save({"w": torch.zeros(3, device=device)}, path)
-    loaded = load(path) if load is xser.load else load(path, weights_only=False)
-    torch.testing.assert_close(loaded["w"], torch.zeros(3), rtol=0, atol=0)
+    assert set(os.listdir(tmp_path)) > before, f"expected {left} to be left behind"
+    torch.testing.assert_close(load(path)["w"], torch.ones(1000), rtol=0, atol=0)  # still whole
+    save({"w": torch.zeros(3, device=device)}, path)  # the next save works, and cleans up
+    torch.testing.assert_close(load(path)["w"], torch.zeros(3), rtol=0, atol=0)
+    names = sorted(os.listdir(tmp_path))
+    assert names[0] == "ckpt" and len(names) == (1 if call == XM_SAVE else 2), names
+    assert all(name.startswith("ckpt.tensors-") for name in names[1:]), names
+
+
+def test_a_save_keeps_the_temporary_file_of_a_live_writer(tmp_path, device):
+    path = str(tmp_path / "ckpt")
+    writer = start_writer(XM_SAVE, path)
+    (temporary,) = os.listdir(tmp_path)
+    xm.save({"w": torch.ones(3, device=device)}, path)  # removes abandoned temporaries only
+    assert sorted(os.listdir(tmp_path)) == sorted(["ckpt", temporary])
+    writer.stdin.write("\n")
+    writer.stdin.flush()
+    assert writer.stdout.readline().strip() == "done" and writer.wait(timeout=30) == 0
+    assert os.listdir(tmp_path) == ["ckpt"]  # the writer finished, and its save won
+    torch.testing.assert_close(torch.load(path)["w"], torch.full((1000,), 2.0))
+
+
+def test_only_abandoned_temporary_files_of_the_same_target_are_removed(tmp_path, device):
+    abandoned = tmp_path / ".ckpt.0123456789abcdef.tmp"  # our pattern, no writer holds it
+    kept = [".other.0123456789abcdef.tmp", ".ckpt.0123456789abcdef.tmp.bak",
+            ".ckpt.not-ours.tmp", "ckpt.0123456789abcdef.tmp", ".ckpt.0123456789ABCDEF.tmp"]
+    for name in [abandoned.name, *kept]:
+        (tmp_path / name).write_bytes(b"partial")
+    xm.save({"w": torch.ones(3, device=device)}, str(tmp_path / "ckpt"))
+    assert sorted(os.listdir(tmp_path)) == sorted(["ckpt", *kept])
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o077, 0o002])
+@pytest.mark.parametrize("save", [xm.save, xser.save], ids=["xm", "xser"])
+def test_a_new_checkpoint_gets_the_permissions_torch_save_gives(tmp_path, device, save, umask):
+    previous = os.umask(umask)
+    try:
+        torch.save({"w": torch.ones(3)}, tmp_path / "reference.pt")
+        save({"w": torch.ones(3, device=device)}, str(tmp_path / "ckpt"))
+    finally:
+        os.umask(previous)
+    expected = mode(tmp_path / "reference.pt")
+    assert expected == 0o666 & ~umask
+    written = [tmp_path / "ckpt", *tmp_path.glob("ckpt.tensors-*/*")]
+    assert {str(p): mode(p) for p in written} == {str(p): expected for p in written}
+
+
+@pytest.mark.parametrize("save", [xm.save, xser.save], ids=["xm", "xser"])
+def test_a_replaced_checkpoint_keeps_its_mode_as_with_torch_save(tmp_path, device, save):
+    for name in ("reference.pt", "ckpt"):
+        torch.save({"w": torch.zeros(3)}, tmp_path / name)
+        os.chmod(tmp_path / name, 0o640)
+    torch.save({"w": torch.ones(3)}, tmp_path / "reference.pt")
+    save({"w": torch.ones(3, device=device)}, str(tmp_path / "ckpt"))
+    assert mode(tmp_path / "ckpt") == mode(tmp_path / "reference.pt") == 0o640
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+# --- errors name the path the user gave ---------------------------------------
+
+@pytest.mark.parametrize("save", [xm.save, xser.save], ids=["xm", "xser"])
+def test_saving_into_a_missing_folder_names_the_path(tmp_path, device, save):
+    path = str(tmp_path / "missing" / "ckpt")
+    with pytest.raises(FileNotFoundError) as raised:
+        save({"w": torch.ones(3, device=device)}, path)
+    assert raised.value.filename == path
+    assert str(raised.value) == (
+        f"[Errno 2] No such file or directory (the folder {str(tmp_path / 'missing')!r} does "
+        f"not exist; create it first): {path!r}"
+    )
+    assert ".tmp" not in str(raised.value) and ".tensors-" not in str(raised.value)
+    assert os.listdir(tmp_path) == []
+
+
+# Files may not grow past 4 KiB in this process: a big checkpoint fails mid-write (EFBIG),
+# as on a full disk, after the small one before it was written whole.
+FILLING_WRITER = """
+import resource, sys, torch
+import torch_xla.core.xla_model as xm
+import torch_xla.utils.serialization as xser
+
+save = xm.save if sys.argv[2] == "xm" else xser.save
+save({"w": torch.ones(3, device=xm.xla_device())}, sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+big = {"tensor": {"w": torch.ones(100_000, device=xm.xla_device())},
+       "structure": {"w": torch.ones(3, device=xm.xla_device()), "notes": "x" * 100_000}}
+try:
+    save(big[sys.argv[3]], sys.argv[1])
+except OSError as error:
+    print(type(error).__name__, error.filename, "|", error)
+"""
+
+
+@pytest.mark.parametrize(("which", "big"), [("xm", "tensor"), ("xser", "tensor"),
+                                            ("xser", "structure")])
+def test_a_write_that_fails_midway_names_the_path_and_leaves_the_old_file(tmp_path, which, big):
+    path = str(tmp_path / "ckpt")
+    result = subprocess.run([sys.executable, "-c", FILLING_WRITER, path, which, big],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    reported = result.stdout.strip()
+    assert reported == f"OSError {path} | [Errno 27] File too large: {path!r}"
+    loaded = torch.load(path) if which == "xm" else xser.load(path)
+    torch.testing.assert_close(loaded["w"], torch.ones(3))
+    assert len(os.listdir(tmp_path)) == (1 if which == "xm" else 2)  # nothing else left
+
+
+def test_loading_a_missing_checkpoint_names_the_path(tmp_path):
+    path = str(tmp_path / "nothing")
+    with pytest.raises(FileNotFoundError) as raised:
+        xser.load(path)
+    assert raised.value.filename == path
+
+
+def test_loading_a_damaged_checkpoint_names_the_path(tmp_path):
+    path = tmp_path / "ckpt"
+    path.write_bytes(b"\x80\x04 not a checkpoint")
+    with pytest.raises(RuntimeError, match=f"Cannot load checkpoint {str(path)!r}: it is damaged"):
+        xser.load(str(path))
+
+
+def test_a_damaged_or_missing_tensor_file_names_the_checkpoint(tmp_path, device):
+    path = str(tmp_path / "ckpt")
+    xser.save({"w": torch.ones(3, device=device)}, path)
+    (tensor_file,) = tmp_path.glob("ckpt.tensors-*/tensor_0.pt")
+    tensor_file.write_bytes(tensor_file.read_bytes()[:40])
+    with pytest.raises(RuntimeError, match=f"Cannot load checkpoint {path!r}: it is damaged "
+                                           f"\\(its tensor file {str(tensor_file)!r}\\)"):
+        xser.load(path)
+    tensor_file.unlink()
+    with pytest.raises(FileNotFoundError, match=f"Checkpoint {path!r} is incomplete"):
+        xser.load(path)
 
 
 def test_serialization_computes_pending_tensors_in_one_graph(tmp_path, device):

@@ -7,7 +7,7 @@ from .helpers import run_python
 BROKEN_LOWERING = """
     import torch, torch_xla
     from torch_xla.lowering import registry
-    from torch_xla.lazy.graph import LoweringError
+    from torch_xla.lazy.compiler import LoweringError
 
     @registry.register(torch.ops.aten.sinh.default, override=True)
     def broken(x):

@@ -7,7 +7,7 @@ functional tensor into a plain one unless the plain one is on PyTorch's own
 moves the source to the host and lets the CPU `copy_` do what it always does
 (dtype conversion, broadcasting, strided and view destinations). Every other
 call goes to PyTorch's kernel, which handles `xla.copy_(anything)` through
-the engine's `copy` rule (`lazy/rules.py`). PyTorch's `_to_copy` kernel has the
+the engine's `copy` rule (`lazy/special.py`). PyTorch's `_to_copy` kernel has the
 same blind spot, fixed the same way.
 """
 
@@ -40,13 +40,13 @@ def functional_to_copy(keyset, *args, **kwargs):
 
 def copy_from(src, dst, non_blocking=False):
     """`dst.copy_(src)` when ATen's CPU copy hands a copy involving an engine tensor over."""
-    from torch_xla.lazy import functional, rules
+    from torch_xla.lazy import functional, graph, special
 
     src_inner = functional.unwrap(src) if torch._is_functional_tensor(src) else src
     if dst.device.type == "cpu":
-        return dst.copy_(rules.to_cpu(src_inner) if src.device.type == "xla" else src_inner)
+        return dst.copy_(graph.to_cpu(src_inner) if src.device.type == "xla" else src_inner)
     inner = functional.unwrap(dst) if torch._is_functional_tensor(dst) else dst
-    inner._set(*rules.copy_value(inner, src_inner).value)
+    inner._set(*special.copy_value(inner, src_inner).value)
     return dst
 
 

@@ -36,10 +36,10 @@ def _index(device) -> int:
 
 
 def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    from torch_xla.lazy import functional, rules
+    from torch_xla.lazy import functional, nodes
 
     dtype = dtype or torch.get_default_dtype()
-    return functional.wrap(rules.full(tuple(size), dtype, 0, _index(device)))
+    return functional.wrap(nodes.full(tuple(size), dtype, 0, _index(device)))
 
 
 def zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
@@ -55,7 +55,7 @@ def _factory(op):
     def kernel(*args, **kwargs):
         from torch_xla.lazy import dispatch, functional
 
-        return functional.wrap(dispatch.run_factory(op, args, kwargs))
+        return functional.wrap(dispatch.record_lowered(op, args, kwargs))
 
     return kernel
 

@@ -16,15 +16,15 @@ from torch.utils._pytree import tree_map_only
 
 import torch_xla.runtime as xr
 from torch_xla._atomic import atomic_open
-from torch_xla.lazy import graph, replicas, rng
+from torch_xla.lazy import functional, graph, nodes, rng
+from torch_xla.lazy.tensor import not_xla_error
 from torch_xla.lowering import collectives
 from torch_xla.pjrt import distributed
+from torch_xla.pjrt.client import client
 
 
 def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device:
     """`xla:n`; checks that the device exists (this starts the runtime client)."""
-    from torch_xla.pjrt.client import client
-
     index = 0 if n is None else int(n)
     client().device(index)
     return torch.device("xla", index)
@@ -130,9 +130,10 @@ def reduce_gradients(
 
 # --- collectives ------------------------------------------------------------------
 #
-# Each records one node in the lazy graph; the step that holds it compiles as one
-# program run by every replica (torch_xla/lazy/replicas.py). With one replica they
-# reduce to plain tensor ops, as PyTorch/XLA's do.
+# Each checks its arguments (the rules live with the lowerings, in
+# torch_xla/lowering/collectives.py) and records one node in the lazy graph; the step that
+# holds it compiles as one program run by every replica (torch_xla/lazy/replicas.py).
+# With one replica they reduce to plain tensor ops, as PyTorch/XLA's do.
 
 REDUCE_SUM = "sum"
 REDUCE_MUL = "mul"
@@ -142,16 +143,21 @@ REDUCE_MIN = "min"
 REDUCE_MAX = "max"
 
 
-def _aval(t: torch.Tensor, shape: Any = None) -> tuple:
-    return (tuple(t.shape) if shape is None else tuple(shape), t.dtype)
+def _record(rule: Callable, tensors: list[torch.Tensor], static: dict,
+            shapes: list[tuple]) -> list[torch.Tensor]:
+    """Record collective `rule` on user tensors; one new user tensor per output shape."""
+    op = f"xla::{rule.__name__}"
+    inner = [_engine_tensor(t, op) for t in tensors]
+    avals = [(tuple(shape), t.dtype) for shape, t in zip(shapes, tensors, strict=True)]
+    return [functional.wrap(t) for t in nodes.custom(rule, op, inner, static, avals)]
 
 
-def _check_reduce_type(reduce_type: str) -> None:
-    if reduce_type not in collectives.REDUCE_TYPES:
-        raise ValueError(
-            f"Unknown reduce_type {reduce_type!r}; use one of xm.REDUCE_SUM, REDUCE_MUL, "
-            "REDUCE_AND, REDUCE_OR, REDUCE_MIN, REDUCE_MAX."
-        )
+def _engine_tensor(t: Any, op: str) -> Any:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{op} takes XLA tensors, got {type(t).__name__}")
+    if t.device.type != "xla":
+        raise not_xla_error(t)
+    return functional.unwrap(t)
 
 
 def _scaled(t: torch.Tensor, scale: float) -> torch.Tensor:
@@ -166,37 +172,12 @@ def _into(output: torch.Tensor | None, result: torch.Tensor) -> torch.Tensor:
     return output
 
 
-def _dim(t: torch.Tensor, dim: int) -> int:
-    if not -t.dim() <= dim < max(t.dim(), 1):
-        raise IndexError(f"dimension {dim} is out of range for a {t.dim()}-d tensor")
-    return dim % t.dim()
-
-
-def _divisible(t: torch.Tensor, dim: int, count: int, what: str) -> None:
-    if t.shape[dim] % count:
-        raise ValueError(
-            f"{what}: dimension {dim} of size {t.shape[dim]} does not split into {count} "
-            "equal parts (one per replica of the group)."
-        )
-
-
-def _groups_of(groups: list[list[int]] | None, parts: int, op: str, name: str) -> tuple:
-    """(world size, checked groups, group size), after checking `parts` equals the group size."""
-    world = xr.world_size()
-    groups = collectives.check_groups(groups, world)
-    count = collectives.group_size(groups, world)
-    if parts != count:
-        raise ValueError(f"{op}: {name}={parts}, but a group has {count} replicas; they must "
-                         "be equal.")
-    return world, groups, count
-
-
 def all_reduce(
     reduce_type: str, inputs: torch.Tensor | list[torch.Tensor], scale: float = 1.0,
     groups: list[list[int]] | None = None, pin_layout: bool = True,
 ) -> torch.Tensor | list[torch.Tensor]:
     """Reduce over replicas. A tensor gives a new tensor; a list is reduced in place."""
-    _check_reduce_type(reduce_type)
+    collectives.check_reduce_type(reduce_type)
     single = isinstance(inputs, torch.Tensor)
     tensors = [inputs] if single else list(inputs)
     if not tensors:
@@ -207,10 +188,7 @@ def all_reduce(
         results = [_scaled(t, scale) for t in tensors]
     else:
         static = dict(reduce_type=reduce_type, scale=float(scale), groups=groups, world=world)
-        results = replicas.record(
-            collectives.all_reduce, "xla::all_reduce", tensors, static,
-            [_aval(t) for t in tensors],
-        )
+        results = _record(collectives.all_reduce, tensors, static, [t.shape for t in tensors])
     if single:
         return results[0]
     for t, r in zip(tensors, results, strict=True):
@@ -225,15 +203,12 @@ def all_gather(
     """Every replica's `value` of the group, concatenated along `dim` in replica order."""
     world = xr.world_size()
     groups = collectives.check_groups(groups, world)
-    dim = _dim(value, dim)
+    dim = collectives.check_dim(value.shape, dim)
     if world == 1:
         return _into(output, value.clone())
-    shape = list(value.shape)
-    shape[dim] *= collectives.group_size(groups, world)
-    (result,) = replicas.record(
-        collectives.all_gather, "xla::all_gather", [value],
-        dict(dim=dim, groups=groups, world=world), [_aval(value, shape)],
-    )
+    shape = collectives.resized(value.shape, dim, factor=collectives.group_size(groups, world))
+    (result,) = _record(collectives.all_gather, [value],
+                        dict(dim=dim, groups=groups, world=world), [shape])
     return _into(output, result)
 
 
@@ -243,20 +218,18 @@ def reduce_scatter(
     pin_layout: bool = True,
 ) -> torch.Tensor:
     """Reduce over the group, then replica i of the group keeps part i along `scatter_dim`."""
-    _check_reduce_type(reduce_type)
-    world, groups, count = _groups_of(groups, shard_count, "reduce_scatter", "shard_count")
-    dim = _dim(input, scatter_dim)
-    _divisible(input, dim, count, "reduce_scatter")
+    collectives.check_reduce_type(reduce_type)
+    world = xr.world_size()
+    groups = collectives.check_groups(groups, world)
+    count = collectives.check_parts(shard_count, groups, world, "reduce_scatter", "shard_count")
+    dim = collectives.check_dim(input.shape, scatter_dim)
+    collectives.check_divisible(input.shape, dim, count, "reduce_scatter")
     if world == 1:
         return _into(output, _scaled(input, scale))
-    shape = list(input.shape)
-    shape[dim] //= count
     static = dict(reduce_type=reduce_type, scale=float(scale), dim=dim, groups=groups,
                   world=world)
-    (result,) = replicas.record(
-        collectives.reduce_scatter, "xla::reduce_scatter", [input], static,
-        [_aval(input, shape)],
-    )
+    (result,) = _record(collectives.reduce_scatter, [input], static,
+                        [collectives.resized(input.shape, dim, divisor=count)])
     return _into(output, result)
 
 
@@ -266,18 +239,18 @@ def all_to_all(
 ) -> torch.Tensor:
     """Split `value` along `split_dimension`, send part i to replica i of the group, and
     concatenate what arrives along `concat_dimension` in replica order."""
-    world, groups, count = _groups_of(groups, split_count, "all_to_all", "split_count")
-    split_dim, concat_dim = _dim(value, split_dimension), _dim(value, concat_dimension)
-    _divisible(value, split_dim, count, "all_to_all")
+    world = xr.world_size()
+    groups = collectives.check_groups(groups, world)
+    count = collectives.check_parts(split_count, groups, world, "all_to_all", "split_count")
+    split_dim = collectives.check_dim(value.shape, split_dimension)
+    concat_dim = collectives.check_dim(value.shape, concat_dimension)
+    collectives.check_divisible(value.shape, split_dim, count, "all_to_all")
     if world == 1:
         return value.clone()
-    shape = list(value.shape)
-    shape[split_dim] //= count
-    shape[concat_dim] *= count
+    shape = collectives.resized(value.shape, split_dim, divisor=count)
+    shape = collectives.resized(shape, concat_dim, factor=count)
     static = dict(split_dim=split_dim, concat_dim=concat_dim, groups=groups, world=world)
-    (result,) = replicas.record(
-        collectives.all_to_all, "xla::all_to_all", [value], static, [_aval(value, shape)]
-    )
+    (result,) = _record(collectives.all_to_all, [value], static, [shape])
     return result
 
 
@@ -285,18 +258,11 @@ def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> torch.Ten
     """Send `value` from replica `src` to replica `dst` for each `[src, dst]` pair; a replica
     that receives nothing gets zeros."""
     world = xr.world_size()
-    pairs = tuple((int(s), int(d)) for s, d in pairs)
-    sources, targets = [s for s, _ in pairs], [d for _, d in pairs]
-    if (len(set(sources)) != len(sources) or len(set(targets)) != len(targets)
-            or not all(0 <= r < world for r in sources + targets)):
-        raise ValueError(f"collective_permute: pairs {[list(p) for p in pairs]} must name "
-                         f"replicas 0..{world - 1}, each at most once as source and as target.")
+    pairs = collectives.check_pairs(pairs, world)
     if world == 1:
         return value.clone() if (0, 0) in pairs else torch.zeros_like(value)
-    (result,) = replicas.record(
-        collectives.collective_permute, "xla::collective_permute", [value],
-        dict(pairs=pairs), [_aval(value)],
-    )
+    (result,) = _record(collectives.collective_permute, [value], dict(pairs=pairs),
+                        [value.shape])
     return result
 
 
@@ -420,12 +386,12 @@ def save(
 ) -> None:
     """`torch.save` with XLA tensors moved to the CPU, on the master ordinal only.
 
-    A path is written atomically: an interrupted save leaves the previous file.
+    A path is written atomically: an interrupted save leaves the previous file, and
+    the next save to it removes the temporary file a killed one left. The file gets
+    the permissions `torch.save` gives; errors name `file_or_path`.
     """
     if not master_only or is_master_ordinal(local=not global_master):
-        from torch_xla.utils.serialization import compute_pending
-
-        compute_pending(data)  # one graph for every pending tensor, not one per tensor
+        graph.compute_pending(data)  # one graph for every pending tensor, not one per tensor
         cpu_data = _to_cpu(data)
         if isinstance(file_or_path, (str, os.PathLike)):
             with atomic_open(file_or_path) as f:

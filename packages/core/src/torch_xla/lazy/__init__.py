@@ -1,0 +1,24 @@
+"""Layer 3, the lazy tensor engine: XLA tensors record IR; a sync compiles and runs it.
+
+Modules, bottom-up (each imports only those above it in this list):
+  ir            nodes of the graph, hashed structurally as they are created
+  tensor        XLATensor, the live/pending registries, errors about misplaced tensors
+  dtype_policy  the storage dtype of each torch dtype (XLA_USE_BF16 & co, plugin policy)
+  transfer      host <-> device copies
+  nodes         building values: device data, engine nodes, lifted scalars
+  functional    the functionalization wrapper users hold
+  rng           the device RNG state and the key each random op records
+  rewrites      in-place and _foreach_ ops rewritten into others
+  dump          XLA_SAVE_TENSORS_FILE, XLA_METRICS_FILE, the *_OPBYOP switches
+  replicas      compiling and running programs that span every process's device
+  compiler      a walked graph as one jitted JAX function; the in-memory program cache
+  graph         sync, mark_step, materialize: walk, look up or compile, execute
+  fallback      running an op on the CPU
+  dispatch      choosing the rule for each ATen op, and recording
+  special       the engine's own rules, registered into dispatch's table
+
+Importing the package loads `special` (and so everything else): after it, every
+ATen op on an XLA tensor reaches `dispatch.run`.
+"""
+
+from torch_xla.lazy import special  # noqa: F401  (registers the engine's rules)

@@ -1,13 +1,16 @@
 """What happens to one ATen op on XLA tensors: record it, decompose it, or run it on the CPU.
 
-The choice is made once per overload and kept in `_rules`. Recording is the hot
-path: it flattens the arguments without pytree, looks the output shapes up in a
-cache keyed by (op, static args, input shapes/dtypes, scalar types) and only on
-a miss runs the op on meta tensors.
+The choice is made once per overload and kept in `_rules`; `choose_rule` is the
+whole decision order. The engine's own rules (`special.py`) register into
+`SPECIAL` with the `special` decorator. Recording is the hot path: it flattens
+the arguments without pytree, looks the output shapes up in a cache keyed by
+(op, static args, input shapes/dtypes, scalar types) and only on a miss runs
+the op on meta tensors. A random op also takes its key as an input (`rng.py`).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -15,16 +18,36 @@ import torch
 from torch._ops import OpOverload
 from torch.utils import _pytree as pytree
 
-from torch_xla.lazy import fallback, ir, rules
-from torch_xla.lazy.tensor import XLATensor
+from torch_xla import lowering
+from torch_xla.lazy import fallback, ir, nodes, rewrites, rng, tensor
+from torch_xla.lazy.nodes import Lifted
+from torch_xla.lazy.tensor import XLATensor, device_mismatch_error
 
 aten = torch.ops.aten
 Rule = Callable[[OpOverload, tuple, dict], Any]
 
+# The engine's own rules for ops that need the engine itself (transfers, copies, empty,
+# host reads), filled by `special.py`; they win over every other rule.
+SPECIAL: dict[OpOverload, Rule] = {}
 _rules: dict[OpOverload, Rule] = {}
 _FALLBACK = object()  # shape-cache entry: the op cannot be recorded for these inputs
 _shape_cache: dict[tuple, Any] = {}
 _SLOTS = [ir.Slot(i) for i in range(64)]
+
+
+def special(*ops: OpOverload | None) -> Callable[[Rule], Rule]:
+    """Decorator: `fn` is the engine's rule for each of `ops` (None entries skipped)."""
+
+    def decorate(fn: Rule) -> Rule:
+        for op in ops:
+            if op is None:
+                continue
+            if op in SPECIAL:
+                raise ValueError(f"{op} already has an engine rule {SPECIAL[op]}")
+            SPECIAL[op] = fn
+        return fn
+
+    return decorate
 
 
 def run(func: OpOverload, args: tuple, kwargs: dict) -> Any:
@@ -35,28 +58,33 @@ def run(func: OpOverload, args: tuple, kwargs: dict) -> Any:
 
 
 def choose_rule(func: OpOverload) -> Rule:
-    special = rules.SPECIAL.get(func)
-    if special is not None:
-        return special
+    own = SPECIAL.get(func)
+    if own is not None:
+        return own
     if _mutates(func):
-        inplace = rules.inplace_as_functional(func)
+        inplace = rewrites.inplace_as_functional(func)
         return inplace if inplace is not None else fallback.run_cpu  # out= variants
-    lowering = rules.lookup(func)
-    if lowering is not None:
-        lift = rules.lift_plan(func)
+    entry = lowering.lookup(func)
+    if entry is not None:
+        lift = nodes.lift_plan(func)
         if lift:
-            return lambda f, a, k: record(f, lowering, *rules.lift(lift, a, k))
-        return lambda f, a, k: record(f, lowering, a, k)
-    decomposition = rules.decompositions().get(func)
+            return lambda f, a, k: record(f, entry, *nodes.lift(lift, a, k))
+        return lambda f, a, k: record(f, entry, a, k)
+    decomposition = _decompositions().get(func)
     if decomposition is not None:
         return lambda f, a, k: decomposition(*a, **k)
     if func._schema.name.startswith("aten::_foreach_"):
-        looped = rules.foreach_as_loop(func)
+        looped = rewrites.foreach_as_loop(func)
         if looped is not None:
             return looped
     if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
         return lambda f, a, k: f.decompose(*a, **k)
     return fallback.run_cpu
+
+
+@functools.cache
+def _decompositions() -> dict:
+    return lowering.decompositions()
 
 
 def _mutates(func: OpOverload) -> bool:
@@ -78,18 +106,11 @@ def _flat(a: Any, tensors: list, types: list) -> Any:
     t = type(a)
     if t is list or t is tuple:
         return tuple([_flat(x, tensors, types) for x in a])
-    if t is rules.Lifted:
+    if t is Lifted:
         tensors.append(a)
         return _slot(len(tensors) - 1)
     types.append(t)
     return a
-
-
-def not_xla_error(t: torch.Tensor) -> RuntimeError:
-    return RuntimeError(
-        f"Input tensor is not an XLA tensor: {t.type()} on {t.device} with shape "
-        f"{tuple(t.shape)}. Move it to the XLA device first, e.g. `t.to(xm.xla_device())`."
-    )
 
 
 def input_values(tensors: list, device: int | None) -> tuple[list, int]:
@@ -103,15 +124,12 @@ def input_values(tensors: list, device: int | None) -> tuple[list, int]:
             device = 0
     values = []
     for t in tensors:
-        if type(t) is rules.Lifted:
-            t = rules.device_scalar(t.value, _scalar_dtype(tensors), device)
+        if type(t) is Lifted:
+            t = nodes.device_scalar(t.value, _scalar_dtype(tensors), device)
         elif type(t) is not XLATensor:
-            t = rules.as_xla(t, device)
+            t = nodes.as_xla(t, device)
         elif t._node.device != device:
-            raise RuntimeError(
-                f"Expected all tensors on the same device, found xla:{device} and "
-                f"xla:{t._node.device}. Move one with `.to(...)`."
-            )
+            raise device_mismatch_error(device, t._node.device)
         values.append((t._node, t._index))
     return values, device
 
@@ -134,20 +152,23 @@ def _device_arg(kwargs: dict) -> int | None:
     return torch.device(device).index or 0
 
 
-def record(func: OpOverload, lowering, args: tuple, kwargs: dict) -> Any:
+def record(func: OpOverload, entry: lowering.Lowering, args: tuple, kwargs: dict) -> Any:
     tensors: list = []
     types: list = []
     template = _flat(args, tensors, types)
     kw_template = tuple([(k, _flat(v, tensors, types)) for k, v in kwargs.items()])
     values, device = input_values(tensors, _device_arg(kwargs) if "device" in kwargs else None)
     key = (func, template, kw_template, tuple([n.avals[i] for n, i in values]), tuple(types))
-    entry = _shape_cache.get(key)
-    if entry is None:
-        entry = _shape_cache[key] = _infer(func, args, kwargs, key)
-    if entry is _FALLBACK:
+    shapes = _shape_cache.get(key)
+    if shapes is None:
+        shapes = _shape_cache[key] = _infer(func, args, kwargs, key)
+    if shapes is _FALLBACK:
         return fallback.run_cpu(func, args, kwargs)
-    avals, structure, key_hash = entry
-    node = ir.Node(func, lowering, (template, kw_template), values, avals, device, key_hash)
+    avals, structure, key_hash = shapes
+    if entry.needs_rng:  # the key is an input, fixed now: one value in every graph
+        kw_template += (("rng", _slot(len(values))),)
+        values.append(rng.key_for_next_op(device))
+    node = ir.Node(func, entry, (template, kw_template), values, avals, device, key_hash)
     return wrap(node, structure)
 
 
@@ -158,7 +179,7 @@ def wrap(node: ir.Node, structure: Any) -> Any:
 
 
 def _to_meta(a: Any) -> Any:
-    if type(a) is rules.Lifted:
+    if type(a) is Lifted:
         return a.value
     if isinstance(a, torch.Tensor):
         return torch.empty(a.shape, dtype=a.dtype, device="meta")
@@ -170,7 +191,7 @@ def _to_meta(a: Any) -> Any:
 def _infer(func: OpOverload, args: tuple, kwargs: dict, key: tuple) -> Any:
     """(output avals, output container type or None, hash) from running on meta tensors."""
     margs, mkwargs = pytree.tree_map(
-        _to_meta, (args, kwargs), is_leaf=lambda a: type(a) is rules.Lifted
+        _to_meta, (args, kwargs), is_leaf=lambda a: type(a) is Lifted
     )
     if "device" in mkwargs:
         mkwargs["device"] = torch.device("meta")
@@ -188,9 +209,13 @@ def _infer(func: OpOverload, args: tuple, kwargs: dict, key: tuple) -> Any:
     return _FALLBACK
 
 
-def run_factory(func: OpOverload, args: tuple, kwargs: dict) -> Any:
-    """A factory called with an xla `device=`: recorded if lowered, else made on the CPU."""
-    lowering = rules.lookup(func)
-    if lowering is None:
+def record_lowered(func: OpOverload, args: tuple, kwargs: dict) -> Any:
+    """Record `func` if it has a lowering, else run it on the CPU (a factory called with an
+    xla `device=`, or an op whose special rule found nothing special to do)."""
+    entry = lowering.lookup(func)
+    if entry is None:
         return fallback.run_cpu(func, args, kwargs)
-    return record(func, lowering, args, kwargs)
+    return record(func, entry, args, kwargs)
+
+
+tensor.set_dispatcher(run)

@@ -12,8 +12,8 @@ from torch._ops import OpOverload
 from torch.utils import _pytree as pytree
 
 from torch_xla import _metrics
-from torch_xla.lazy import rules, transfer
-from torch_xla.lazy.tensor import XLATensor
+from torch_xla.lazy import graph, nodes, transfer
+from torch_xla.lazy.tensor import XLATensor, not_xla_error
 
 
 def run_cpu(func: OpOverload, args: tuple, kwargs: dict) -> Any:
@@ -23,11 +23,9 @@ def run_cpu(func: OpOverload, args: tuple, kwargs: dict) -> Any:
     for a in flat:
         if isinstance(a, torch.Tensor) and type(a) is not XLATensor and a.dim() > 0:
             if not torch._is_functional_tensor(a):
-                from torch_xla.lazy.dispatch import not_xla_error
-
                 raise not_xla_error(a)
     device = xla[0]._node.device if xla else _device_of(kwargs)
-    rules.materialize(xla)
+    graph.materialize(xla)
     host = {id(t): transfer.to_host(t._node.array, t.dtype) for t in xla}
     cpu_flat = [host[id(a)] if type(a) is XLATensor else _cpu_arg(a) for a in flat]
     cargs, ckwargs = pytree.tree_unflatten(cpu_flat, spec)
@@ -56,7 +54,7 @@ def _to_xla(o: Any, device: int, by_id: dict) -> Any:
         return o
     if id(o) in by_id:  # an in-place/out= op returned its (already written back) argument
         return by_id[id(o)]
-    return XLATensor(rules.data(transfer.to_device(o, device), o.dtype, device))
+    return nodes.from_host(o, device)
 
 
 def _write_back(func: OpOverload, flat: list, cpu_flat: list) -> None:
@@ -66,4 +64,4 @@ def _write_back(func: OpOverload, flat: list, cpu_flat: list) -> None:
     for a, c in zip(flat, cpu_flat, strict=False):
         if type(a) is XLATensor and c is not a:
             device = a._node.device
-            a._set(rules.data(transfer.to_device(c, device), c.dtype, device))
+            a._set(nodes.data(transfer.to_device(c, device), c.dtype, device))

@@ -19,11 +19,8 @@ from typing import Any
 
 import jax
 import numpy as np
-import torch
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from torch_xla.lazy import dispatch, functional, ir
-from torch_xla.lazy.tensor import XLATensor
 from torch_xla.lowering.collectives import AXIS
 from torch_xla.pjrt import distributed
 from torch_xla.pjrt.client import XlaRuntimeError, client
@@ -51,30 +48,6 @@ def world() -> int:
     return len(client().global_devices)
 
 
-# --- recording ------------------------------------------------------------------
-
-
-def record(
-    rule: Callable, op: str, tensors: Sequence[Any], static: dict, out_avals: Sequence[ir.Aval]
-) -> list[Any]:
-    """Record collective `rule` on XLA tensors; returns one user tensor per output aval."""
-    inner = [_engine_tensor(t, op) for t in tensors]
-    device = inner[0]._node.device
-    values = [(t._node, t._index) for t in inner]
-    template = (tuple(ir.Slot(i) for i in range(len(inner))), tuple(sorted(static.items())))
-    key_hash = hash((op, template, tuple(n.avals[i] for n, i in values), tuple(out_avals)))
-    node = ir.Node(op, rule, template, values, tuple(out_avals), device, key_hash)
-    return [functional.wrap(XLATensor(node, i)) for i in range(len(out_avals))]
-
-
-def _engine_tensor(t: Any, op: str) -> XLATensor:
-    if not isinstance(t, torch.Tensor):
-        raise TypeError(f"{op} takes XLA tensors, got {type(t).__name__}")
-    if t.device.type != "xla":
-        raise dispatch.not_xla_error(t)
-    return functional.unwrap(t)
-
-
 # --- compiling and running --------------------------------------------------------
 
 
@@ -94,7 +67,7 @@ class ReplicatedProgram:
 def compile(
     graph_fn: Callable, args: Sequence[jax.Array], out_avals, fingerprint: str
 ) -> ReplicatedProgram:
-    """Compile `graph_fn(key, *arrays)` (one replica's graph) as the job's replicated program.
+    """Compile `graph_fn(*arrays)` (one replica's graph) as the job's replicated program.
 
     `fingerprint` names the graph's structure and constants; every process must compile the
     same one (checked through the coordinator before compiling).
@@ -120,10 +93,6 @@ def compile(
     return ReplicatedProgram(compiled, scalar_out)
 
 
-# Seconds a process waits for the others to reach the same replicated compilation.
-SAME_PROGRAM_TIMEOUT = 300
-
-
 def _check_same_program(fingerprint: str) -> None:
     """Every process compiles this program now, or a clear error instead of a hang.
 
@@ -133,14 +102,10 @@ def _check_same_program(fingerprint: str) -> None:
     on each other forever.
     """
     mine = hashlib.sha256(fingerprint.encode()).hexdigest()
-    try:
-        seen = distributed.exchange("replicated-program", mine.encode(), SAME_PROGRAM_TIMEOUT)
-    except Exception as error:
-        raise XlaRuntimeError(
-            f"Process {distributed.process_id()} compiled a graph with collectives, but not every "
-            f"process reached the same compilation within {SAME_PROGRAM_TIMEOUT} s ({error}). "
-            "Every process must run the same collectives in the same order."
-        ) from error
+    # Waits at most TORCH_XLA_COLLECTIVE_TIMEOUT, then raises naming the absent processes.
+    seen = distributed.exchange(
+        "replicated-program", mine.encode(), what="the compilation of a step with collectives"
+    )
     differing = [rank for rank, theirs in enumerate(seen) if theirs.decode() != mine]
     if differing:
         raise XlaRuntimeError(
@@ -161,7 +126,11 @@ def _global(local: jax.Array) -> jax.Array:
     return jax.make_array_from_single_device_arrays(shape, _replica_sharding(), [local])
 
 
-def execute(program: ReplicatedProgram, key: jax.Array, arrays: list[jax.Array]) -> list:
-    results = program.compiled(_global(key), *[_global(a) for a in arrays])
+def execute(program: ReplicatedProgram, arrays: list[jax.Array]) -> list:
+    # A process whose peer never reaches this step would block inside XLA's collective
+    # for good; meeting at the coordinator first bounds the wait (TORCH_XLA_COLLECTIVE_TIMEOUT)
+    # and names the absent processes.
+    distributed.barrier("replicated-step", what="the start of a step with collectives")
+    results = program.compiled(*[_global(a) for a in arrays])
     local = [r.addressable_data(0) for r in results]
     return [r.reshape(()) if s else r for r, s in zip(local, program.scalar_out, strict=True)]

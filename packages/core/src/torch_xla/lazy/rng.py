@@ -1,18 +1,30 @@
-"""The device RNG state: one 64-bit integer per process, as PyTorch/XLA keeps it.
+"""The device RNG: one 64-bit state per process, as PyTorch/XLA keeps it, and the key each
+random op takes when it is recorded.
 
-Each graph that draws random numbers receives a key made from the current state
-as a runtime input (so the graph stays cached) and advances the state once;
-inside the graph every random op folds in its position.
+A pending random tensor must have one value, whichever graph computes it and however
+often, so its key is an input of its node, fixed at recording: the first random op on a
+device after a sync turns the state into a seed (device data, so a new seed never
+recompiles) and advances the state; the k-th random op since then takes
+`fold_in(seed, k)`, computed inside the graph. `k` restarts at every sync, so a training
+step records the same graph, and so hits the same compiled program, every time.
 """
 
 from __future__ import annotations
 
+import jax
 import numpy as np
+import torch
+
+from torch_xla.lazy import ir, nodes
+from torch_xla.pjrt.client import client
 
 _MASK = (1 << 64) - 1
 _MUL, _INC = 6364136223846793005, 1442695040888963407  # Knuth's MMIX LCG
+_KEY_AVAL: ir.Aval = ((2,), torch.uint32)  # a raw jax PRNG key (threefry), uint32[2]
 
 _state = 101
+# device -> [the seed node of the current sync epoch, random ops recorded since]
+_epoch: dict[int, list] = {}
 
 
 def get_state() -> int:
@@ -22,11 +34,33 @@ def get_state() -> int:
 def set_state(seed: int) -> None:
     global _state
     _state = int(seed) & _MASK
+    _epoch.clear()
 
 
 def next_key() -> np.ndarray:
-    """The key for the next graph (uint32[2]), advancing the state."""
+    """A raw key (uint32[2]) made from the state, advancing the state."""
     global _state
     key = np.array([_state >> 32, _state & 0xFFFFFFFF], dtype=np.uint32)
     _state = (_state * _MUL + _INC) & _MASK
     return key
+
+
+def new_epoch() -> None:
+    """Called at every sync: the next random op starts from a fresh seed."""
+    _epoch.clear()
+
+
+def _fold_in(seed, index):
+    return jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(seed), index))
+
+
+def key_for_next_op(device: int) -> tuple[ir.Node, int]:
+    """The IR value of the key of the next random op recorded on `device`."""
+    entry = _epoch.get(device)
+    if entry is None:
+        seed = nodes.data(client().to_device(next_key(), device), torch.uint32, device)
+        entry = _epoch[device] = [seed, 0]
+    seed, index = entry
+    entry[1] = index + 1
+    node = nodes.engine_node("xla::rng_key", _fold_in, (index,), [(seed, 0)], _KEY_AVAL, device)
+    return node, 0

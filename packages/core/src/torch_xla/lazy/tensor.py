@@ -1,13 +1,17 @@
-"""The XLA tensor: a wrapper subclass on `xla:N` that holds an IR value, and its dispatch.
+"""The XLA tensor: a wrapper subclass on `xla:N` that holds an IR value, and the errors
+about tensors that are not where an op needs them.
 
 The user never sees this class directly: every XLA tensor a program holds is
 PyTorch's functionalization wrapper around one of these (see `functional.py`),
 so views and in-place ops arrive here already rewritten into functional ops.
+Each op on it goes to the handler `dispatch.py` installs with `set_dispatcher`.
 """
 
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -71,9 +75,35 @@ class XLATensor(torch.Tensor):
 
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
-        from torch_xla.lazy import dispatch
+        return _dispatcher(func, args, kwargs or {})
 
-        return dispatch.run(func, args, kwargs or {})
+
+def _no_dispatcher(func, args, kwargs) -> Any:
+    raise RuntimeError(f"{func} reached an XLA tensor before the engine was loaded "
+                       "(import torch_xla.lazy)")
+
+
+_dispatcher: Callable[[Any, tuple, dict], Any] = _no_dispatcher
+
+
+def set_dispatcher(handler: Callable[[Any, tuple, dict], Any]) -> None:
+    """Route every ATen op on an XLA tensor to `handler(func, args, kwargs)`."""
+    global _dispatcher
+    _dispatcher = handler
+
+
+def not_xla_error(t: torch.Tensor) -> RuntimeError:
+    return RuntimeError(
+        f"Input tensor is not an XLA tensor: {t.type()} on {t.device} with shape "
+        f"{tuple(t.shape)}. Move it to the XLA device first, e.g. `t.to(xm.xla_device())`."
+    )
+
+
+def device_mismatch_error(expected: int, found: int) -> RuntimeError:
+    return RuntimeError(
+        f"Expected all tensors on the same device, found xla:{expected} and xla:{found}. "
+        "Move one with `.to(...)`."
+    )
 
 
 def pending_tensors() -> list[XLATensor]:

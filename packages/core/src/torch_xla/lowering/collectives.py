@@ -1,9 +1,10 @@
 """Cross-replica collectives as JAX: the lowerings of `xm.all_reduce` and its siblings.
 
 They are not ATen ops, so they are not in the registry: `torch_xla.core.xla_model`
-records them on XLA tensors directly. Each function runs inside the graph's
-replicated program (`shard_map` over every device of the job, axis `AXIS`), one
-call per replica; its arrays are that replica's values.
+checks its arguments with the rules below and records them on XLA tensors directly.
+Each function runs inside the graph's replicated program (`shard_map` over every
+device of the job, axis `AXIS`), one call per replica; its arrays are that replica's
+values.
 
 `groups` (replica groups) follow XLA: a list of equal-sized lists of replica
 ordinals that together name every replica once; None means one group of all.
@@ -49,6 +50,60 @@ def check_groups(groups: Sequence[Sequence[int]] | None, world: int) -> Groups:
 
 def group_size(groups: Groups, world: int) -> int:
     return world if groups is None else len(groups[0])
+
+
+# --- argument rules and output shapes (checked by xm before recording) ----------------
+
+
+def check_reduce_type(reduce_type: str) -> None:
+    if reduce_type not in REDUCE_TYPES:
+        raise ValueError(
+            f"Unknown reduce_type {reduce_type!r}; use one of xm.REDUCE_SUM, REDUCE_MUL, "
+            "REDUCE_AND, REDUCE_OR, REDUCE_MIN, REDUCE_MAX."
+        )
+
+
+def check_dim(shape: Sequence[int], dim: int) -> int:
+    """`dim` of a tensor of `shape`, made non-negative."""
+    rank = len(shape)
+    if not -rank <= dim < max(rank, 1):
+        raise IndexError(f"dimension {dim} is out of range for a {rank}-d tensor")
+    return dim % max(rank, 1)
+
+
+def check_divisible(shape: Sequence[int], dim: int, count: int, op: str) -> None:
+    if shape[dim] % count:
+        raise ValueError(
+            f"{op}: dimension {dim} of size {shape[dim]} does not split into {count} "
+            "equal parts (one per replica of the group)."
+        )
+
+
+def check_parts(parts: int, groups: Groups, world: int, op: str, name: str) -> int:
+    """The group size, after checking the caller's `name`=`parts` equals it."""
+    count = group_size(groups, world)
+    if parts != count:
+        raise ValueError(f"{op}: {name}={parts}, but a group has {count} replicas; they must "
+                         "be equal.")
+    return count
+
+
+def check_pairs(pairs: Sequence[Sequence[int]], world: int) -> tuple[tuple[int, int], ...]:
+    """collective_permute's `[src, dst]` pairs as a tuple, after checking them."""
+    pairs = tuple((int(s), int(d)) for s, d in pairs)
+    sources, targets = [s for s, _ in pairs], [d for _, d in pairs]
+    if (len(set(sources)) != len(sources) or len(set(targets)) != len(targets)
+            or not all(0 <= r < world for r in sources + targets)):
+        raise ValueError(f"collective_permute: pairs {[list(p) for p in pairs]} must name "
+                         f"replicas 0..{world - 1}, each at most once as source and as target.")
+    return pairs
+
+
+def resized(shape: Sequence[int], dim: int, factor: int = 1, divisor: int = 1) -> tuple:
+    """`shape` with dimension `dim` multiplied by `factor` and divided by `divisor`."""
+    out = list(shape)
+    out[dim] = out[dim] * factor // divisor
+    return tuple(out)
 
 
 def _tables(groups: Groups, world: int) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,201 @@
+"""Compiling a graph: the walked nodes become one JAX function, jitted by the runtime client
+(which also consults the persistent compilation cache), and the in-memory program cache.
+
+Only a cache miss comes here. The function built holds no node, so no device buffer: a
+compiled program outlives the tensors it was traced from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Any
+
+import jax
+
+from torch_xla import _metrics
+from torch_xla.lazy import dtype_policy, ir, replicas
+from torch_xla.lowering import policy
+from torch_xla.pjrt.client import client
+
+# PyTorch/XLA's name and default for the number of compiled graphs kept in memory.
+CACHE_SIZE_VARIABLE = "XLA_COMPILATION_CACHE_SIZE"
+DEFAULT_CACHE_SIZE = 2048
+
+
+class LoweringError(RuntimeError):
+    """A node could not be lowered; the message names the op (and its Python line)."""
+
+
+class Program:
+    """A compiled graph. A graph holding a collective is `replicated`: it compiles as one
+    program that every process of the job runs on its own device (see `replicas.py`)."""
+
+    __slots__ = ("compiled", "replicated")
+
+    def __init__(self, compiled: Any, replicated: bool = False) -> None:
+        self.compiled = compiled
+        self.replicated = replicated
+
+    def run(self, arrays: list) -> list:
+        if self.replicated:
+            return replicas.execute(self.compiled, arrays)
+        return self.compiled(*arrays)
+
+
+class ProgramCache:
+    """Compiled programs by graph key; the least recently used one goes when it is full."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._programs: OrderedDict[tuple, Program] = OrderedDict()
+
+    def get(self, key: tuple) -> Program | None:
+        program = self._programs.get(key)
+        if program is not None:
+            self._programs.move_to_end(key)
+        return program
+
+    def put(self, key: tuple, program: Program) -> None:
+        self._programs[key] = program
+        while len(self._programs) > self.capacity:
+            self._programs.popitem(last=False)
+            _metrics.counter("CompilationCacheEvictions").inc()
+
+    def __len__(self) -> int:
+        return len(self._programs)
+
+    def clear(self) -> None:
+        self._programs.clear()
+
+
+def cache_size_from_env(environ: dict | os._Environ = os.environ) -> int:
+    text = environ.get(CACHE_SIZE_VARIABLE, "")
+    if not text:
+        return DEFAULT_CACHE_SIZE
+    try:
+        size = int(text)
+    except ValueError:
+        size = 0
+    if size < 1:
+        raise ValueError(f"{CACHE_SIZE_VARIABLE}={text!r}: expected a whole number of compiled "
+                         f"graphs to keep in memory, at least 1 (default {DEFAULT_CACHE_SIZE})")
+    return size
+
+
+_cache: ProgramCache | None = None
+
+
+def cache() -> ProgramCache:
+    """The process's program cache, sized by XLA_COMPILATION_CACHE_SIZE on first use."""
+    global _cache
+    if _cache is None:
+        _cache = ProgramCache(cache_size_from_env())
+    return _cache
+
+
+# --- building the JAX function ----------------------------------------------------------
+
+
+def _rebuild(template: Any, ins: list) -> Any:
+    if type(template) is ir.Slot:
+        return ins[template.index]
+    if type(template) is tuple:
+        return tuple(_rebuild(x, ins) for x in template)
+    return template
+
+
+class _Step:
+    """What a compiled graph needs of one node."""
+
+    __slots__ = ("op", "rule", "template", "avals", "in_avals", "location", "refs")
+
+    def __init__(self, node: ir.Node, refs: list) -> None:
+        self.op, self.rule, self.template = node.op, node.rule, node.template
+        self.avals, self.location = node.avals, node.location
+        self.in_avals = [n.avals[i] for n, i in node.inputs]
+        self.refs = refs
+
+
+def _where(step: _Step) -> str:
+    if step.location:
+        return f" (created at {step.location})"
+    return "" if ir.IR_DEBUG else "; set XLA_IR_DEBUG=1 to see the Python line that created it"
+
+
+def _lower_node(step: _Step, ins: list) -> tuple:
+    args_t, kw_t = step.template
+    args = _rebuild(args_t, ins)
+    kwargs = {k: _rebuild(v, ins) for k, v in kw_t}
+    try:
+        out = step.rule(*args, **kwargs)
+    except Exception as error:
+        raise LoweringError(
+            f"Lowering {step.op} failed for inputs {step.in_avals}{_where(step)}: "
+            f"{type(error).__name__}: {error}"
+        ) from error
+    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
+    return tuple(_check(step, o, aval) for o, aval in zip(outs, step.avals, strict=False))
+
+
+def _check(step: _Step, out: Any, aval: Any) -> Any:
+    if aval is None:
+        return None
+    shape, dtype = aval
+    out = jax.numpy.asarray(out)
+    if tuple(out.shape) != shape:
+        raise LoweringError(
+            f"Lowering {step.op} returned shape {tuple(out.shape)}, but torch computes {shape}"
+            + (f" (created at {step.location})" if step.location else "")
+        )
+    wanted = dtype_policy.STORAGE[dtype]
+    return out if out.dtype == wanted else out.astype(wanted)
+
+
+def graph_function(order: list, position: dict, leaves: list, values: list) -> Callable:
+    """`fn(*leaf arrays) -> tuple of the values' arrays`, the graph as one JAX function."""
+    leaf_index = {id(leaf): k for k, leaf in enumerate(leaves)}
+    steps: list = []
+    for n in order:
+        if n.rule is None:
+            steps.append(leaf_index[id(n)])
+        else:
+            steps.append(_Step(n, [(position[id(c)], i) for c, i in n.inputs]))
+    roots = [(position[id(n)], i) for n, i in values]
+
+    def graph_fn(*arrays):
+        env: list[tuple] = []
+        for step in steps:
+            if type(step) is int:
+                env.append((arrays[step],))
+            else:
+                env.append(_lower_node(step, [env[p][i] for p, i in step.refs]))
+        return tuple(env[p][i] for p, i in roots)
+
+    return graph_fn
+
+
+def compile(device: int, order: list, position: dict, leaves: list, values: list) -> Program:
+    """Compile the graph computing `values` (its nodes in post-`order`) on `device`."""
+    graph_fn = graph_function(order, position, leaves, values)
+    args = [leaf.array for leaf in leaves]
+    fingerprint = stable_key(device, order, position, values)
+    if any(getattr(n.rule, "collective", False) for n in order):
+        out_avals = [n.avals[i] for n, i in values]
+        return Program(replicas.compile(graph_fn, args, out_avals, fingerprint), replicated=True)
+    return Program(client().compile(fingerprint, graph_fn, *args))
+
+
+def stable_key(device: int, order, position, values) -> str:
+    """A process-independent name for the persistent compilation cache."""
+    text = [client().name, str(device), str(client().device(device).device_kind),
+            # what else changes the lowering: storage types and the plugin's policies
+            repr(sorted((str(k), str(v)) for k, v in dtype_policy.STORAGE.items())),
+            f"{policy.dense_gather_factor}|{policy.rng_algorithm}"]
+    for n in order:
+        refs = [(position[id(c)], i) for c, i in n.inputs]
+        text.append(f"{n.op}|{n.template!r}|{refs}|{n.avals}|{getattr(n.rule, '__qualname__', '')}")
+    text.append(repr([(position[id(n)], i) for n, i in values]))
+    return hashlib.sha256("\n".join(text).encode()).hexdigest()

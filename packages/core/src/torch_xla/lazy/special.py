@@ -1,0 +1,120 @@
+"""The engine's own rules: ops that need the engine itself (device data, the host, other
+devices, in-place updates that ATen's schema hides) instead of a lowering.
+
+Each registers into `dispatch.SPECIAL`; importing `torch_xla.lazy` loads this module.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from torch_xla.lazy import dispatch, fallback, functional, graph, nodes, transfer
+from torch_xla.lazy.dispatch import special
+from torch_xla.lazy.tensor import XLATensor
+
+aten = torch.ops.aten
+
+
+def _device_index(device: Any) -> int | None:
+    device = torch.device(device)
+    return None if device.type != "xla" else (device.index or 0)
+
+
+@special(aten._to_copy.default)
+def _to_copy(func, args, kwargs):
+    (t,) = args
+    dtype = kwargs.get("dtype") or t.dtype
+    device = kwargs.get("device")
+    if device is not None and torch.device(device).type == "cpu":
+        return graph.to_cpu(t).to(dtype)
+    target = t._node.device if device is None else _device_index(device)
+    if target != t._node.device:
+        graph.materialize([t])
+        moved = transfer.client().to_device(t._node.array, target)
+        t = XLATensor(nodes.data(moved, t.dtype, target))
+    return nodes.convert(t, t.shape, dtype)
+
+
+@special(aten.copy.default)
+def _copy(func, args, kwargs):
+    return copy_value(args[0], args[1])
+
+
+def copy_value(dst: XLATensor, src: torch.Tensor) -> XLATensor:
+    """`src` broadcast and cast to `dst`'s shape, dtype and device."""
+    device = dst._node.device
+    if type(src) is not XLATensor:
+        if torch._is_functional_tensor(src):
+            src = nodes.as_xla(src, device)
+        else:
+            return nodes.from_host(src.to(dst.dtype).expand(dst.shape).contiguous(), device)
+    if src._node.device != device:
+        src = _to_copy(aten._to_copy.default, (src,), {"device": dst.device})
+    return nodes.convert(src, dst.shape, dst.dtype)
+
+
+@special(aten.native_batch_norm.default)
+def _native_batch_norm(func, args, kwargs):
+    """ATen's schema hides that training batch norm updates the running stats in place."""
+    x, weight, bias, running_mean, running_var, training, momentum, eps = args
+    if not training or running_mean is None:
+        return dispatch.record_lowered(func, args, kwargs)
+    out, mean, rstd, new_mean, new_var = aten._native_batch_norm_legit_functional.default(
+        x, weight, bias, running_mean, running_var, training, momentum, eps
+    )
+    running_mean._set(*new_mean.value)
+    running_var._set(*new_var.value)
+    return out, mean, rstd
+
+
+@special(aten.equal.default)
+def _equal(func, args, kwargs):
+    a, b = args
+    if a.shape != b.shape:
+        return False
+    return bool(aten.all.default(aten.eq.Tensor(a, b)).item())
+
+
+@special(aten.resize.default)
+def _resize(func, args, kwargs):
+    t, size = args[0], tuple(args[1])
+    if size == tuple(t.shape):
+        return XLATensor(*t.value)
+    return fallback.run_cpu(func, args, kwargs)
+
+
+@special(aten._local_scalar_dense.default)
+def _local_scalar_dense(func, args, kwargs):
+    return graph.to_cpu(args[0]).item()
+
+
+@special(aten.empty.memory_format, aten.empty_strided.default)
+def _empty(func, args, kwargs):
+    dtype = kwargs.get("dtype") or torch.get_default_dtype()
+    return nodes.full(tuple(args[0]), dtype, 0, _device_index(kwargs.get("device") or "xla:0") or 0)
+
+
+@special(aten.empty_like.default, aten.new_empty.default, aten.new_empty_strided.default)
+def _empty_like(func, args, kwargs):
+    t = args[0]
+    shape = tuple(args[1]) if len(args) > 1 else tuple(t.shape)
+    return nodes.full(shape, kwargs.get("dtype") or t.dtype, 0, t._node.device)
+
+
+@special(
+    aten.detach.default,
+    aten.alias.default,
+    aten.clone.default,
+    aten.detach_copy.default,
+    aten.alias_copy.default,
+)
+def _same_value(func, args, kwargs):
+    return XLATensor(*args[0].value)
+
+
+@special(aten.lift_fresh.default, aten.lift_fresh_copy.default)
+def _lift_fresh(func, args, kwargs):
+    """`torch.tensor(data, device=xla)` ends here: the new tensor becomes a user tensor."""
+    return functional.lift_fresh(XLATensor(*args[0].value))
