@@ -25,7 +25,9 @@ TORCH = os.environ.get("TORCH_XLA_TEST_TORCH", "torch==2.13.0")
 # The jax/jaxlib release the suite is tested with (the core accepts newer ones).
 JAX = ["jax==0.10.2", "jaxlib==0.10.2"]
 PLUGINS = ["cpu", "tpu", "cuda", "neuron", "template"]
-# Test extras of our packages (installed with the package).
+# Test extras of our packages (installed with the package). The core's brings what its
+# tests need beyond pytest (expecttest; graphviz-pure, the `dot` that renders the dot
+# dumps): nothing comes from the machine, so CI (`.ci/run`) installs nothing itself.
 EXTRAS = {"core": "[test]"}
 # Extra requirements a plugin's tests need beyond its own dependencies.
 # The Neuron tests stand a real PJRT CPU library in for libneuronxla's.

@@ -42,11 +42,16 @@ def test_defaults_one_device(monkeypatch):
     assert plugin.priority < 0  # chosen after every accelerator
 
 
-@pytest.mark.parametrize("bad", ["0", "-2", "two", ""])
+@pytest.mark.parametrize("bad", ["0", "-2", "two", "1.5"])
 def test_bad_cpu_num_devices_is_refused(monkeypatch, bad):
     monkeypatch.setenv("CPU_NUM_DEVICES", bad)
     with pytest.raises(PluginError, match="CPU_NUM_DEVICES=.* is not a positive integer"):
         num_devices()
+
+
+def test_blank_cpu_num_devices_means_the_default(monkeypatch):
+    monkeypatch.setenv("CPU_NUM_DEVICES", " ")
+    assert num_devices() == 1
 
 
 def test_cpu_num_devices_gives_that_many_devices():

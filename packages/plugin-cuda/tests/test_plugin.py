@@ -96,6 +96,12 @@ def test_coordinator_only_for_several_processes(monkeypatch):
     assert plugin.requires_xla_coordinator()
 
 
+def test_bad_world_size_is_an_error(monkeypatch):
+    monkeypatch.setenv("WORLD_SIZE", "0")
+    with pytest.raises(PluginError, match="WORLD_SIZE='0' is not a positive integer"):
+        CudaPlugin().requires_xla_coordinator()
+
+
 def test_policies():
     plugin = CudaPlugin()
     assert plugin.autocast_dtype() == torch.float16

@@ -126,5 +126,5 @@ def test_configure_multiprocess_keeps_user_values(monkeypatch):
 
 def test_bad_worker_id_is_an_error(monkeypatch):
     monkeypatch.setenv("TPU_WORKER_ID", "first")
-    with pytest.raises(PluginError, match="TPU_WORKER_ID='first' is not an integer"):
+    with pytest.raises(PluginError, match="TPU_WORKER_ID='first' is not a non-negative integer"):
         topology.worker_id()

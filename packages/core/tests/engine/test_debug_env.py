@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import sysconfig
 import textwrap
 
 import pytest
@@ -52,15 +53,25 @@ def test_ir_debug_adds_python_frames_and_node_lines(tmp_path):
     assert "loss = (x @ w).relu().sum()  # the user's line" in text
 
 
+def render(graph: str, fmt: str) -> bytes:
+    """Lay out and draw `graph` with graphviz-pure, the `dot` of the core's [test] extra."""
+    here = sysconfig.get_path("scripts")  # beside this Python: no system graphviz needed
+    dot = shutil.which("graphviz-pure", path=here) or shutil.which("graphviz-pure")
+    assert dot is not None, "graphviz-pure is missing: pip install -e 'packages/core[test]'"
+    return subprocess.run([dot, f"-T{fmt}"], input=graph.encode(), capture_output=True,
+                          check=True, timeout=60).stdout
+
+
 def test_dot_dump_renders_with_graphviz(tmp_path):
     text, _ = run_step(tmp_path, "dot", XLA_IR_DEBUG="1")
     graph = text.split("## BEGIN_GRAPH\n")[1].split("## END_GRAPH")[0]
     assert graph.startswith("digraph G {") and "->" in graph
-    dot = shutil.which("dot")
-    assert dot is not None, "graphviz's `dot` is needed (apt-get install graphviz)"
-    svg = subprocess.run([dot, "-Tsvg"], input=graph, capture_output=True, text=True,
-                         check=True).stdout
-    assert "<svg" in svg and "aten.mm.default" in svg
+    svg = render(graph, "svg").decode()
+    assert svg.count('class="node"') == graph.count(" [label=")  # every node drawn
+    assert svg.count('class="edge"') == graph.count(" -> ")  # and every edge
+    assert ">aten.mm.default</text>" in svg and ">float32[2,3]</text>" in svg
+    assert "step.py:10 (loss = (x @ w).relu().sum()" in svg  # the user line of the matmul
+    assert render(graph, "png").startswith(b"\x89PNG\r\n\x1a\n")
 
 
 def test_hlo_dump_is_what_xla_compiled(tmp_path):

@@ -7,9 +7,7 @@ processes run over gloo.
 
 from __future__ import annotations
 
-import os
-
-from torch_xla.plugins import DevicePlugin, PluginError
+from torch_xla.plugins import DevicePlugin, env_int
 
 __version__ = "0.1.0"
 
@@ -17,17 +15,7 @@ NUM_DEVICES_ENV = "CPU_NUM_DEVICES"
 
 
 def num_devices() -> int:
-    text = os.environ.get(NUM_DEVICES_ENV, "1")
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise PluginError(
-            f"{NUM_DEVICES_ENV}={text!r} is not a positive integer. "
-            f"Set it to the number of CPU devices wanted, e.g. {NUM_DEVICES_ENV}=4."
-        )
-    return count
+    return env_int(NUM_DEVICES_ENV, 1, minimum=1)
 
 
 class CpuPlugin(DevicePlugin):

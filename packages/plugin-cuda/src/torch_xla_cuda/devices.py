@@ -7,7 +7,7 @@ import os
 import shutil
 import subprocess
 
-from torch_xla.plugins import PluginError
+from torch_xla.plugins import env_int
 
 NUM_DEVICES_ENV = "GPU_NUM_DEVICES"
 DRIVER_GPUS = "/proc/driver/nvidia/gpus"  # one directory per GPU the driver manages
@@ -18,9 +18,9 @@ logger = logging.getLogger("torch_xla")
 
 def count_gpus(driver_gpus: str = DRIVER_GPUS, nvidia_smi: str = "nvidia-smi") -> int:
     """`GPU_NUM_DEVICES` if set, else the driver's GPUs, limited to `CUDA_VISIBLE_DEVICES`."""
-    text = os.environ.get(NUM_DEVICES_ENV)
-    if text is not None:
-        return _non_negative(NUM_DEVICES_ENV, text)
+    count = env_int(NUM_DEVICES_ENV, None, minimum=0)
+    if count is not None:
+        return count
     found = driver_gpu_count(driver_gpus, nvidia_smi)
     visible = visible_device_count()
     return found if visible is None else min(found, visible)
@@ -57,13 +57,3 @@ def visible_device_count() -> int | None:
     if text is None:
         return None
     return len([entry for entry in text.split(",") if entry.strip()])
-
-
-def _non_negative(name: str, text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        count = -1
-    if count < 0:
-        raise PluginError(f"{name}={text!r} is not a non-negative integer, e.g. {name}=8.")
-    return count

@@ -7,7 +7,7 @@ import os
 import sys
 import types
 
-from torch_xla.plugins import PluginError
+from torch_xla.plugins import PluginError, env_file
 
 LIBRARY_ENV = "GPU_LIBRARY_PATH"  # PyTorch/XLA's name for the override
 LIBRARY_FILE = "xla_cuda_plugin.so"
@@ -21,13 +21,12 @@ PJRT_PACKAGES = (
 
 def find_library() -> str:
     """`GPU_LIBRARY_PATH` if set, else the library of an installed jax-cuda1x-pjrt."""
-    override = os.environ.get(LIBRARY_ENV)
+    override = env_file(
+        LIBRARY_ENV,
+        expected=LIBRARY_FILE,
+        fallback="the installed jax-cuda12-pjrt/jax-cuda13-pjrt",
+    )
     if override:
-        if not os.path.isfile(override):
-            raise PluginError(
-                f"{LIBRARY_ENV}={override!r} is not a file. Point it at {LIBRARY_FILE}, "
-                "or unset it to use the installed jax-cuda12-pjrt/jax-cuda13-pjrt."
-            )
         return override
     for module, extra in PJRT_PACKAGES:
         directory = package_directory(module)

@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
 
-from torch_xla.plugins import DevicePlugin, PluginError
+from torch_xla.plugins import DevicePlugin, PluginError, env_flag, env_fraction, env_int
 from torch_xla_cuda import devices, library
 
 FRACTION_ENV = "PJRT_ALLOCATOR_FRACTION"
 PREALLOCATE_ENV = "PJRT_ALLOCATOR_PREALLOCATE"
 CUDA_ASYNC_ENV = "PJRT_ALLOCATOR_CUDA_ASYNC"
-
-TRUE_WORDS = ("1", "true", "yes", "on")
-FALSE_WORDS = ("0", "false", "no", "off")
 
 
 class CudaPlugin(DevicePlugin):
@@ -68,8 +64,8 @@ class CudaPlugin(DevicePlugin):
     def world_size(self) -> int:
         """Processes in the whole job: `WORLD_SIZE` (torchrun, multi-host), else this host's
         (known after `configure_multiprocess`, or from xmp.spawn's variable before it)."""
-        local = int_env("PJRT_LOCAL_PROCESS_COUNT", self.local_world_size)
-        return int_env("WORLD_SIZE", local)
+        local = env_int("PJRT_LOCAL_PROCESS_COUNT", self.local_world_size, minimum=1)
+        return env_int("WORLD_SIZE", local, minimum=1)
 
     def requires_xla_coordinator(self) -> bool:
         return self.world_size() > 1  # GPUs of several processes meet through the coordinator
@@ -81,38 +77,3 @@ class CudaPlugin(DevicePlugin):
 
     def autocast_dtype(self) -> torch.dtype:
         return torch.float16  # as torch.autocast('cuda')
-
-
-def env_flag(name: str, default: bool | None = False) -> bool | None:
-    text = os.environ.get(name)
-    if text is None or not text.strip():
-        return default
-    word = text.strip().lower()
-    if word in TRUE_WORDS:
-        return True
-    if word in FALSE_WORDS:
-        return False
-    raise PluginError(f"{name}={text!r} is not a boolean; use one of {TRUE_WORDS + FALSE_WORDS}.")
-
-
-def env_fraction(name: str) -> float | None:
-    text = os.environ.get(name)
-    if text is None or not text.strip():
-        return None
-    try:
-        fraction = float(text)
-    except ValueError:
-        fraction = -1.0
-    if not 0.0 < fraction <= 1.0:
-        raise PluginError(f"{name}={text!r} is not a fraction in (0, 1], e.g. {name}=0.75.")
-    return fraction
-
-
-def int_env(name: str, default: int) -> int:
-    text = os.environ.get(name)
-    if text is None or not text.strip():
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise PluginError(f"{name}={text!r} is not an integer.") from None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from torch_xla.plugins import PluginError
+from torch_xla.plugins import PluginError, env_file
 
 LIBRARY_ENV = "NEURON_LIBRARY_PATH"
 INSTALL_HINT = (
@@ -15,13 +15,10 @@ INSTALL_HINT = (
 
 def find_library() -> str:
     """`NEURON_LIBRARY_PATH` if set, else the path libneuronxla reports."""
-    override = os.environ.get(LIBRARY_ENV)
+    override = env_file(
+        LIBRARY_ENV, expected="libneuronpjrt.so", fallback="the installed libneuronxla"
+    )
     if override:
-        if not os.path.isfile(override):
-            raise PluginError(
-                f"{LIBRARY_ENV}={override!r} is not a file. Point it at libneuronpjrt.so, "
-                "or unset it to use the installed libneuronxla."
-            )
         return override
     try:
         from libneuronxla.libneuronpjrt_path import libneuronpjrt_path

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from torch_xla.plugins import DevicePlugin, DtypePolicy
+from torch_xla.plugins import DevicePlugin, DtypePolicy, env_int
 from torch_xla_neuron import library, topology
 
 DENSE_GATHER_ENV = "XLA_DENSE_GATHER_FACTOR"
@@ -34,7 +34,7 @@ class NeuronPlugin(DevicePlugin):
 
     def dense_gather_factor(self) -> int:
         # As on TPU: dense unless the table has over ten times XLA_DENSE_GATHER_FACTOR rows.
-        return 10 * topology.int_env(DENSE_GATHER_ENV, 8192)
+        return 10 * env_int(DENSE_GATHER_ENV, 8192, minimum=0)
 
     def dtype_policy(self) -> DtypePolicy:
         # NeuronCores have neither 64-bit floats nor 16-bit integers.

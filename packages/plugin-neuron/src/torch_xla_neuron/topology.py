@@ -5,7 +5,7 @@ from __future__ import annotations
 import glob
 import os
 
-from torch_xla.plugins import PluginError
+from torch_xla.plugins import PluginError, env_int, env_text
 
 NUM_DEVICES_ENV = "NEURONCORE_NUM_DEVICES"
 VISIBLE_CORES_ENV = "NEURON_RT_VISIBLE_CORES"
@@ -14,9 +14,9 @@ ROOT_COMM_PORT = 62182  # the Neuron runtime's root communicator port, as in PyT
 
 def core_count(dev_root: str = "/dev") -> int:
     """`NEURONCORE_NUM_DEVICES`, else 1 when a Neuron device node exists, else 0."""
-    text = os.environ.get(NUM_DEVICES_ENV)
-    if text is not None:
-        return _non_negative(NUM_DEVICES_ENV, text)
+    count = env_int(NUM_DEVICES_ENV, None, minimum=0)
+    if count is not None:
+        return count
     return 1 if glob.glob(os.path.join(dev_root, "neuron[0-9]*")) else 0
 
 
@@ -38,8 +38,8 @@ def multiprocess_env(local_rank: int, local_world_size: int) -> dict[str, str]:
     """One NeuronCore per process; ranks and sizes are global under torchrun (RANK/WORLD_SIZE)."""
     if not 0 <= local_rank < local_world_size:
         raise PluginError(f"Neuron process rank {local_rank} is outside 0..{local_world_size - 1}.")
-    rank = int_env("RANK", local_rank)
-    world = int_env("WORLD_SIZE", local_world_size)
+    rank = env_int("RANK", local_rank, minimum=0)
+    world = env_int("WORLD_SIZE", local_world_size, minimum=1)
     return {
         VISIBLE_CORES_ENV: str(_core_for(local_rank, local_world_size)),
         "NEURON_PJRT_PROCESS_INDEX": str(rank),
@@ -50,8 +50,8 @@ def multiprocess_env(local_rank: int, local_world_size: int) -> dict[str, str]:
 
 def _core_for(local_rank: int, local_world_size: int) -> int:
     """The core of `local_rank`: its index, or its entry of a user's visible-core list."""
-    text = os.environ.get(VISIBLE_CORES_ENV)
-    if not text:
+    text = env_text(VISIBLE_CORES_ENV)
+    if text is None:
         return local_rank
     cores = parse_cores(text)
     if len(cores) < local_world_size:
@@ -70,23 +70,3 @@ def configure_multiprocess(local_rank: int, local_world_size: int) -> None:
     """Give this process its core; a user's NEURON_RT_ROOT_COMM_ID is kept."""
     os.environ.update(multiprocess_env(local_rank, local_world_size))
     os.environ.setdefault("NEURON_RT_ROOT_COMM_ID", root_comm_id())
-
-
-def int_env(name: str, default: int) -> int:
-    text = os.environ.get(name)
-    if text is None or not text.strip():
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise PluginError(f"{name}={text!r} is not an integer.") from None
-
-
-def _non_negative(name: str, text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        count = -1
-    if count < 0:
-        raise PluginError(f"{name}={text!r} is not a non-negative integer, e.g. {name}=2.")
-    return count

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from torch_xla.plugins import DevicePlugin, DtypePolicy, PluginError
+from torch_xla.plugins import DevicePlugin, DtypePolicy, PluginError, env_file, env_int
 
 # --- VENDOR: names of your device and library ----------------------------------
 LIBRARY_ENV = "TEMPLATE_LIBRARY_PATH"  # lets users point at another build of the library
@@ -23,13 +23,10 @@ NUM_DEVICES_ENV = "TEMPLATE_NUM_DEVICES"  # stand-in only: how many CPU devices 
 
 def find_library() -> str:
     """`LIBRARY_ENV` if set, else `LIBRARY_FILE` inside the installed `LIBRARY_PACKAGE`."""
-    override = os.environ.get(LIBRARY_ENV)
+    override = env_file(
+        LIBRARY_ENV, expected=LIBRARY_FILE, fallback=f"the one from {LIBRARY_DISTRIBUTION}"
+    )
     if override:
-        if not os.path.isfile(override):
-            raise PluginError(
-                f"{LIBRARY_ENV}={override!r} is not a file. Point it at {LIBRARY_FILE}, "
-                f"or unset it to use the one from {LIBRARY_DISTRIBUTION}."
-            )
         return override
     directory = package_directory(LIBRARY_PACKAGE)
     if directory is None:
@@ -59,14 +56,7 @@ def device_count() -> int:
 
     The stand-in's hardware is the host CPU: `TEMPLATE_NUM_DEVICES` devices, default 1.
     """
-    text = os.environ.get(NUM_DEVICES_ENV, "1")
-    try:
-        count = int(text)
-    except ValueError:
-        count = -1
-    if count < 0:
-        raise PluginError(f"{NUM_DEVICES_ENV}={text!r} is not a non-negative integer.")
-    return count
+    return env_int(NUM_DEVICES_ENV, 1, minimum=0)
 
 
 class TemplatePlugin(DevicePlugin):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import os
 import warnings
 
-from torch_xla.plugins import PluginError
+from torch_xla.plugins import PluginError, env_text
 
 LIBRARY_ENV = "TPU_LIBRARY_PATH"
 
 
 def find_library() -> str:
     """`TPU_LIBRARY_PATH` when it names an existing file, else the libtpu package's library."""
-    override = os.environ.get(LIBRARY_ENV, "")
+    override = env_text(LIBRARY_ENV)
     if override and os.path.isfile(override):
         return override
     if override:
@@ -31,7 +31,7 @@ def find_library() -> str:
     return path
 
 
-def _packaged_library(override: str) -> str:
+def _packaged_library(override: str | None) -> str:
     try:
         import libtpu  # imported late: it edits os.environ when imported
     except ImportError as error:

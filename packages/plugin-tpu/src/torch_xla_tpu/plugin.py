@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from torch_xla.plugins import DevicePlugin, DtypePolicy
+from torch_xla.plugins import DevicePlugin, DtypePolicy, env_int
 from torch_xla_tpu import library, topology
 
 MAX_INFLIGHT_ENV = "XLA_TPU_MAX_INFLIGHT_COMPUTATIONS"
@@ -51,7 +51,7 @@ class TpuPlugin(DevicePlugin):
         from torch_xla.version import __version__
 
         return {
-            "max_inflight_computations": topology.int_from_env(MAX_INFLIGHT_ENV, 4),
+            "max_inflight_computations": env_int(MAX_INFLIGHT_ENV, 4, minimum=1),
             "ml_framework_name": "PyTorch/XLA",
             "ml_framework_version": __version__,
         }
@@ -61,7 +61,7 @@ class TpuPlugin(DevicePlugin):
     def dense_gather_factor(self) -> int:
         # PyTorch/XLA gathers densely unless the table has more than ten times
         # XLA_DENSE_GATHER_FACTOR rows: TPUs gather single elements slowly.
-        return 10 * topology.int_from_env(DENSE_GATHER_ENV, 8192)
+        return 10 * env_int(DENSE_GATHER_ENV, 8192, minimum=0)
 
     def dtype_policy(self) -> DtypePolicy:
         return DtypePolicy(f64_as_f32=True)  # TPUs have no 64-bit floating point unit

@@ -11,7 +11,7 @@ import math
 import os
 from pathlib import Path
 
-from torch_xla.plugins import PluginError
+from torch_xla.plugins import PluginError, env_int
 
 SYSFS_PCI_DEVICES = "/sys/bus/pci/devices"
 GOOGLE_PCI_VENDOR_ID = "0x1ae0"
@@ -107,19 +107,9 @@ def process_bounds_size() -> int | None:
     return None if bounds is None else math.prod(bounds)
 
 
-def int_from_env(name: str, default: int) -> int:
-    text = os.environ.get(name)
-    if text is None:
-        return default
-    try:
-        return int(text)
-    except ValueError:
-        raise PluginError(f"{name}={text!r} is not an integer.") from None
-
-
 def worker_id() -> int:
     """This host's index in a multi-host slice (`TPU_WORKER_ID`, default 0)."""
-    return int_from_env("TPU_WORKER_ID", 0)
+    return env_int("TPU_WORKER_ID", 0, minimum=0)
 
 
 def worker_hostnames() -> list[str]:
