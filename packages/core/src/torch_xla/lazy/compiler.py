@@ -25,6 +25,12 @@ CACHE_SIZE_VARIABLE = "XLA_COMPILATION_CACHE_SIZE"
 DEFAULT_CACHE_SIZE = 2048
 
 
+# The calling convention of compiled graphs (their arguments are the data leaves, in walk
+# order, and nothing else): part of every persistent cache key, so a program compiled by an
+# engine that called graphs differently is never loaded. Raise it when that changes.
+GRAPH_ABI = 2
+
+
 class LoweringError(RuntimeError):
     """A node could not be lowered; the message names the op (and its Python line)."""
 
@@ -190,7 +196,8 @@ def compile(device: int, order: list, position: dict, leaves: list, values: list
 
 def stable_key(device: int, order, position, values) -> str:
     """A process-independent name for the persistent compilation cache."""
-    text = [client().name, str(device), str(client().device(device).device_kind),
+    text = [f"graph-abi-{GRAPH_ABI}", client().name, str(device),
+            str(client().device(device).device_kind),
             # what else changes the lowering: storage types and the plugin's policies
             repr(sorted((str(k), str(v)) for k, v in dtype_policy.STORAGE.items())),
             f"{policy.dense_gather_factor}|{policy.rng_algorithm}"]
