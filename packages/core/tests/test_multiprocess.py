@@ -2,22 +2,33 @@
 
 Each test starts a fresh interpreter that calls xmp.spawn (the runtime is one per
 process, and the pytest process keeps its own); the per-process functions live in
-torch_xla.testing.multiprocess so the spawned children can import them.
+torch_xla.testing.multiprocess so the spawned children can import them. The tests of
+`SpawnContext.join` alone fork tiny children from the pytest process.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 import pickle
+import re
+import struct
+import subprocess
+import sys
 import time
 
 import pytest
 import torch
 from conftest import run_python
 
+from torch_xla.distributed import xla_multiprocessing as xmp
+from torch_xla.pjrt import distributed
 from torch_xla.testing import multiprocess as mp
 
 
-def spawn(tmp_path, call: str, devices: int, timeout: float = 240):
+def spawn(
+    tmp_path, call: str, devices: int, timeout: float = 240, env: dict[str, str] | None = None
+):
     """Run `xmp.spawn(<call>)` in a fresh interpreter; returns its results (or the error)."""
     out = tmp_path / "results.pkl"
     result = run_python(
@@ -32,7 +43,45 @@ def spawn(tmp_path, call: str, devices: int, timeout: float = 240):
         with open({str(out)!r}, "wb") as f:
             pickle.dump(value, f)
         """,
-        env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices)},
+        env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices), **(env or {})},
+        timeout=timeout,
+    )
+    assert out.exists(), result.stderr[-3000:]
+    with open(out, "rb") as f:
+        return pickle.load(f)
+
+
+def spawn_repeatedly(
+    tmp_path, call: str, times: int, env: dict[str, str] | None = None, timeout: float = 300
+) -> list[dict]:
+    """Run `xmp.spawn(<call>)` `times` times in one fresh interpreter; how each one ended.
+
+    Each outcome: type (of the error, or "returned"), rank, exit_code, signal, message,
+    seconds."""
+    out = tmp_path / "outcomes.pkl"
+    result = run_python(
+        f"""
+        import pickle, time
+        import torch_xla.distributed.xla_multiprocessing as xmp
+        from torch_xla.testing import multiprocess as mp
+        outcomes = []
+        for _ in range({times}):
+            start = time.monotonic()
+            try:
+                xmp.spawn({call})
+                outcome = dict(type="returned")
+            except xmp.ProcessFailedError as error:
+                outcome = dict(type="ProcessFailedError", rank=error.rank,
+                               exit_code=error.exit_code, signal=error.signal_name)
+                outcome["message"] = str(error)
+            except Exception as error:
+                outcome = dict(type=type(error).__name__, message=str(error))
+            outcome["seconds"] = time.monotonic() - start
+            outcomes.append(outcome)
+        with open({str(out)!r}, "wb") as f:
+            pickle.dump(outcomes, f)
+        """,
+        env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "2", **(env or {})},
         timeout=timeout,
     )
     assert out.exists(), result.stderr[-3000:]
@@ -122,3 +171,113 @@ def test_one_process_runs_in_place(tmp_path):
     assert status == "ok", results
     assert list(results) == [0]
     assert results[0]["world_size"] == 1 and results[0]["addressable"] == 2
+
+
+# --- a process that ends without returning ---------------------------------------------
+# Each ending is repeated: the end of a dying child's report pipe and its exit could be seen
+# in either order, and one order used to escape as a bare EOFError. The children are forked
+# (the spawn start method would re-import torch in each, ten times); the race is the parent's.
+
+REPEATS = 10
+ENDINGS = {  # how replica 1 ends -> (exit code, signal, words the message must hold)
+    "exit": (3, None, ["Process 1 of xmp.spawn exited with code 3 before returning"]),
+    "kill": (-9, "SIGKILL", ["Process 1 of xmp.spawn was killed by SIGKILL (exit code -9)"]),
+    "raise": (1, None, ["Process 1 of xmp.spawn raised, then exited with code 1",
+                        "ValueError: replica 1 failed on purpose", "ending_worker"]),
+}
+
+
+@pytest.mark.parametrize("how", sorted(ENDINGS))
+def test_a_process_that_ends_without_returning_is_named_every_time(tmp_path, how):
+    exit_code, signal_name, words = ENDINGS[how]
+    outcomes = spawn_repeatedly(
+        tmp_path, f"mp.ending_worker, args=({how!r},), nprocs=2, start_method='fork'", REPEATS
+    )
+    for outcome in outcomes:
+        assert outcome["type"] == "ProcessFailedError", outcome
+        assert (outcome["rank"], outcome["exit_code"], outcome["signal"]) == (
+            1, exit_code, signal_name), outcome
+        for word in words:
+            assert word in outcome["message"], outcome
+        assert outcome["seconds"] < 60, outcome  # the sleeping replica 0 was stopped
+
+
+def _close_report_then_exit(report, code: int) -> None:
+    report.close()  # the parent sees the end of the pipe well before the exit
+    time.sleep(0.5)
+    os._exit(code)
+
+
+def _die_in_the_middle_of_a_report(report, code: int) -> None:
+    os.write(report.fileno(), struct.pack("!i", 1000) + b"only a part")
+    os._exit(code)
+
+
+def _exit_while_a_grandchild_holds_the_pipe(report, code: int) -> None:
+    # Like a data-loader worker, it keeps the report pipe open after this process exits.
+    subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"],
+                     pass_fds=[report.fileno()])
+    os._exit(code)
+
+
+@pytest.mark.parametrize("child, code", [
+    (_close_report_then_exit, 3),
+    (_die_in_the_middle_of_a_report, 5),
+    (_exit_while_a_grandchild_holds_the_pipe, 4),
+])
+def test_join_names_the_exit_code_whichever_it_sees_first(child, code):
+    """The race's orders, forced: the pipe's end long before the exit, a torn report, and an
+    exit while the pipe stays open."""
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    process = context.Process(target=child, args=(send, code))
+    start = time.monotonic()
+    process.start()
+    send.close()
+    with pytest.raises(xmp.ProcessFailedError) as info:
+        xmp.SpawnContext([process], [receive]).join()
+    assert (info.value.rank, info.value.exit_code) == (0, code)
+    assert f"Process 0 of xmp.spawn exited with code {code} before returning" in str(info.value)
+    assert time.monotonic() - start < 5  # not waiting for the grandchild
+
+
+# --- a process that never arrives ---------------------------------------------------------
+
+TIMEOUT_S = 3
+ABSENT_AT = {  # where replica 0 waits -> what its error calls that place
+    "rendezvous": "rendezvous 'absent_peer_worker'",
+    "mesh_reduce": "rendezvous 'absent_peer_worker'",
+    "compile": "the compilation of a step with collectives",
+    "step": "the start of a step with collectives",
+}
+
+
+@pytest.mark.parametrize("where", sorted(ABSENT_AT))
+def test_a_process_waiting_for_an_absent_peer_fails_in_the_timeout_naming_it(tmp_path, where):
+    (outcome,) = spawn_repeatedly(
+        tmp_path, f"mp.absent_peer_worker, args=({where!r},), nprocs=2, start_method='fork'", 1,
+        env={distributed.COLLECTIVE_TIMEOUT_ENV: str(TIMEOUT_S)},
+    )
+    assert outcome["type"] == "ProcessFailedError", outcome
+    assert (outcome["rank"], outcome["exit_code"]) == (0, 1), outcome
+    message = outcome["message"]
+    assert "PeerTimeoutError" in message and f"at {ABSENT_AT[where]}" in message, message
+    assert f"process(es) [1] did not arrive within {TIMEOUT_S} s" in message, message
+    assert distributed.COLLECTIVE_TIMEOUT_ENV in message, message
+    waited = float(re.search(r"waited ([0-9.]+) s", message).group(1))
+    assert TIMEOUT_S - 0.5 <= waited < TIMEOUT_S + 10, message
+
+
+def test_the_waiting_and_the_late_process_both_get_an_error_then_can_go_on(tmp_path):
+    status, results = spawn(
+        tmp_path, f"mp.late_peer_worker, args=({TIMEOUT_S + 2},), start_method='fork'", devices=2,
+        env={distributed.COLLECTIVE_TIMEOUT_ENV: str(TIMEOUT_S)},
+    )
+    assert status == "ok", results
+    waiting, late = results[0]["error"], results[1]["error"]
+    assert waiting["missing"] == [1], waiting
+    assert f"process(es) [1] did not arrive within {TIMEOUT_S} s" in waiting["message"], waiting
+    assert late["missing"] == [], late
+    assert "Process 1 reached rendezvous 'late_peer_worker'" in late["message"], late
+    assert "after the other processes had stopped waiting for it" in late["message"], late
+    assert results[0]["after"] == results[1]["after"] == [b"0", b"1"]

@@ -147,6 +147,52 @@ def test_a_broken_entry_point_warns_once_and_others_still_work(
         clean_registry.get_plugin("broken")
 
 
+def test_an_entry_point_that_calls_sys_exit_is_a_broken_plugin_like_one_that_raises(
+    clean_registry, tmp_path, monkeypatch
+):
+    make_distribution(
+        tmp_path, "vendor-good", {"good": "good_vendor_mod:GoodPlugin"},
+        {"good_vendor_mod": GOOD_MODULE},
+    )
+    make_distribution(
+        tmp_path, "vendor-exits", {"exits": "exiting_vendor_mod:Plugin"},
+        {"exiting_vendor_mod": "import sys\nsys.exit(3)\n"},
+    )
+    make_distribution(
+        tmp_path, "vendor-exits-text", {"exits_text": "exiting_text_vendor_mod:Plugin"},
+        {"exiting_text_vendor_mod": "raise SystemExit('no libvendor.so on this host')\n"},
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.warns(RuntimeWarning) as caught:
+        failures = clean_registry.register_installed_plugins([str(tmp_path)])
+    assert len(caught) == 1
+    message = str(caught[0].message)
+    assert "2 installed plugin(s) failed to load" in message
+    assert "'exits' from vendor-exits 1.2.3" in message and "sys.exit(3)" in message
+    assert "vendor-exits-text 1.2.3" in message and "no libvendor.so on this host" in message
+    assert {r.name for r in failures} == {"EXITS", "EXITS_TEXT"}
+    assert all(isinstance(r.error, SystemExit) for r in failures)
+    assert clean_registry.get_plugin("good").physical_chip_count() == 1
+    with pytest.raises(
+        PluginError, match=r"'EXITS' from vendor-exits .*failed to load.*sys\.exit\(3\).*Reinstall"
+    ) as info:
+        clean_registry.get_plugin("exits")
+    assert isinstance(info.value.__cause__, SystemExit)
+    assert [r.name for r in clean_registry.records()][-2:] == ["EXITS", "EXITS_TEXT"]
+
+
+def test_a_keyboard_interrupt_while_loading_plugins_still_stops_the_program(
+    clean_registry, tmp_path, monkeypatch
+):
+    make_distribution(
+        tmp_path, "vendor-interrupted", {"interrupted": "interrupted_vendor_mod:Plugin"},
+        {"interrupted_vendor_mod": "raise KeyboardInterrupt\n"},
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        clean_registry.register_installed_plugins([str(tmp_path)])
+
+
 def test_hand_registration_wins_over_discovery(clean_registry, tmp_path, monkeypatch):
     make_distribution(
         tmp_path, "vendor-good", {"good": "good_vendor_mod:GoodPlugin"},

@@ -8,9 +8,10 @@
 `spawn` starts one process per device of the active plugin (its
 `physical_chip_count()`), or `nprocs` of them. Each child configures its plugin
 for its rank, joins the job's coordinator (hosted by process 0 on a free local
-port) and calls `fn(global_ordinal, *args)`. If any process fails, the others
-are stopped and `spawn` raises with the failed process's traceback; otherwise it
-returns `{ordinal: fn's return value}`.
+port) and calls `fn(global_ordinal, *args)`. If any process raises, exits or is
+killed before returning, the others are stopped and `spawn` raises
+`ProcessFailedError` naming that process with its traceback, exit code or signal;
+otherwise it returns `{ordinal: fn's return value}`.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import multiprocessing
 import multiprocessing.connection
 import os
 import pickle
+import signal
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -29,9 +32,74 @@ from typing import Any
 from torch_xla.pjrt import distributed
 from torch_xla.plugins import registry
 
+# How long the parent waits for a failed child to finish exiting, so it can name the exit code.
+_EXIT_GRACE_S = 5.0
+# How long stopped children get between SIGTERM and SIGKILL. Short: once a child has joined
+# the coordinator, jax's preemption notifier catches SIGTERM and the child goes on running.
+_STOP_GRACE_S = 1.0
+
 
 class ProcessFailedError(RuntimeError):
-    """A spawned process raised or died; the message carries its traceback or exit code."""
+    """A spawned process raised or died before returning a result.
+
+    `rank`: the failed process's index. `exit_code`: its exit code, negative for the
+    signal that killed it, None if it had not exited when `spawn` stopped it.
+    `child_traceback`: the exception `fn` raised in it, as text, or None if it died.
+    """
+
+    def __init__(
+        self, message: str, rank: int | None = None, exit_code: int | None = None,
+        child_traceback: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.rank = rank
+        self.exit_code = exit_code
+        self.child_traceback = child_traceback
+
+    @property
+    def signal_name(self) -> str | None:
+        """The signal that killed the process (e.g. "SIGKILL"), or None."""
+        if self.exit_code is None or self.exit_code >= 0:
+            return None
+        return _signal_name(-self.exit_code)
+
+
+def _signal_name(number: int) -> str:
+    try:
+        return signal.Signals(number).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def _how_it_ended(exit_code: int | None) -> str:
+    if exit_code is None:
+        return "was still running"
+    if exit_code < 0:
+        return f"was killed by {_signal_name(-exit_code)} (exit code {exit_code})"
+    return f"exited with code {exit_code}"
+
+
+def _likely_cause(exit_code: int | None) -> str:
+    if exit_code == -signal.SIGKILL:
+        return "out of memory, or killed by a user or the system"
+    if exit_code is not None and exit_code < 0:
+        return "a crash in native code, or a signal from outside"
+    return "os._exit, or sys.exit outside fn, or a crash in native code"
+
+
+def _died(rank: int, exit_code: int | None) -> ProcessFailedError:
+    return ProcessFailedError(
+        f"Process {rank} of xmp.spawn {_how_it_ended(exit_code)} before returning a result "
+        f"({_likely_cause(exit_code)}).",
+        rank, exit_code,
+    )
+
+
+def _raised(rank: int, exit_code: int | None, text: str) -> ProcessFailedError:
+    return ProcessFailedError(
+        f"Process {rank} of xmp.spawn raised, then {_how_it_ended(exit_code)}:\n{text}",
+        rank, exit_code, text,
+    )
 
 
 def _free_port(host: str) -> int:
@@ -80,12 +148,33 @@ def _child(
         except (pickle.PicklingError, TypeError, AttributeError):
             message = pickle.dumps(("ok", None))  # the return value cannot cross processes
         report.send_bytes(message)
-    except BaseException as error:  # noqa: BLE001 - reported to the parent, then re-raised
+    except BaseException as error:  # noqa: BLE001 - reported to the parent, then exit
         text = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
         report.send_bytes(pickle.dumps(("error", text)))
-        raise SystemExit(1) from None
+        _exit_now(_exit_code_for(error))
     finally:
         report.close()
+    # Together with the others: process 0 hosts the coordinator, and leaving first would
+    # abort the rest. A forked child exits without atexit handlers, jax's own leave included.
+    distributed.leave()
+
+
+def _exit_code_for(error: BaseException) -> int:
+    """sys.exit(n) in fn keeps its code n; any other exception exits with 1."""
+    if isinstance(error, SystemExit) and isinstance(error.code, int):
+        return error.code
+    return 1
+
+
+def _exit_now(code: int) -> None:
+    """Leave without interpreter shutdown: jax's exit handler would wait for the peers (which
+    the parent is about to stop) at the coordinator's shutdown barrier, then abort."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # closed or broken by the user's code
+            pass
+    os._exit(code)
 
 
 def _exit_with_parent() -> None:
@@ -109,50 +198,78 @@ class SpawnContext:
         self._reports = reports
 
     def join(self) -> dict[int, Any]:
+        """Every process's result by rank; or stop them all and raise `ProcessFailedError`."""
         results: dict[int, Any] = {}
-        owner: dict[Any, int] = {}  # each process's report pipe and exit sentinel -> its rank
+        waiting: dict[Any, int] = {}  # each process's report pipe and exit sentinel -> its rank
         for rank, (conn, process) in enumerate(zip(self._reports, self.processes, strict=True)):
-            owner[conn] = owner[process.sentinel] = rank
+            waiting[conn] = waiting[process.sentinel] = rank
         try:
-            while len(results) < len(self.processes):
-                ready = multiprocessing.connection.wait(
-                    [waitable for waitable, rank in owner.items() if rank not in results]
-                )
-                for item in ready:
-                    rank = owner[item]
-                    if rank in results:
-                        continue
-                    conn = self._reports[rank]
-                    if conn.poll():
-                        status, value = pickle.loads(conn.recv_bytes())
-                        if status == "error":
-                            raise ProcessFailedError(
-                                f"Process {rank} of xmp.spawn failed:\n{value}"
-                            )
+            while waiting:
+                ready = multiprocessing.connection.wait(list(waiting))
+                failures = []
+                for rank in sorted({waiting[item] for item in ready}):
+                    kind, value = self._outcome(rank)
+                    if kind == "failed":
+                        failures.append(value)
+                    elif kind == "returned":
                         results[rank] = value
-                        continue
-                    process = self.processes[rank]
-                    process.join(timeout=1)
-                    if process.exitcode is not None:
-                        raise ProcessFailedError(
-                            f"Process {rank} of xmp.spawn exited with code {process.exitcode} "
-                            "before returning (killed, out of memory, or os._exit)."
-                        )
+                        _forget(waiting, rank)
+                    elif kind == "pipe closed":
+                        del waiting[self._reports[rank]]  # only its exit is left to wait for
+                if failures:
+                    raise _first_cause(failures)
             for process in self.processes:
                 process.join()
             return results
         finally:
             self._stop()
 
+    def _outcome(self, rank: int) -> tuple[str, Any]:
+        """What process `rank` has to say now: ("returned", value), ("failed", error),
+        ("pipe closed", None) when it closed its pipe but lives on, or ("pending", None)."""
+        conn, process = self._reports[rank], self.processes[rank]
+        if not conn.poll():  # its exit sentinel is what became ready
+            process.join(timeout=_EXIT_GRACE_S)
+            return _failed_or(rank, process, "pending")
+        try:
+            status, value = pickle.loads(conn.recv_bytes())
+        except (EOFError, OSError):
+            # poll() is also true at the end of file: a dying child's end of the pipe can
+            # close before its exit sentinel fires, so wait for the exit code instead.
+            process.join(timeout=_EXIT_GRACE_S)
+            return _failed_or(rank, process, "pipe closed")
+        if status == "ok":
+            return "returned", value
+        process.join(timeout=_EXIT_GRACE_S)
+        return "failed", _raised(rank, process.exitcode, value)
+
     def _stop(self) -> None:
         for process in self.processes:
             if process.is_alive():
                 process.terminate()
+        deadline = time.monotonic() + _STOP_GRACE_S
         for process in self.processes:
-            process.join(timeout=5)
+            process.join(timeout=max(0.0, deadline - time.monotonic()))
             if process.is_alive():
                 process.kill()
                 process.join()
+
+
+def _failed_or(rank: int, process: Any, otherwise: str) -> tuple[str, Any]:
+    if process.exitcode is None:
+        return otherwise, None
+    return "failed", _died(rank, process.exitcode)
+
+
+def _forget(waiting: dict[Any, int], rank: int) -> None:
+    for item in [item for item, owner in waiting.items() if owner == rank]:
+        del waiting[item]
+
+
+def _first_cause(failures: list[ProcessFailedError]) -> ProcessFailedError:
+    """Of failures seen together, one that raised: a peer's death is more often the consequence
+    (a process that exits takes the coordinator or a collective's partner with it)."""
+    return next((f for f in failures if f.child_traceback is not None), failures[0])
 
 
 def spawn(

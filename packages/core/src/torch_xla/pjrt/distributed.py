@@ -6,12 +6,20 @@ in each child) or by another launcher such as torchrun (`LOCAL_RANK`,
 client exists each process joins jax's distributed runtime (the coordination
 service, hosted by process 0), so the client sees every device of the job and
 collectives can span processes.
+
+Processes also meet through the coordinator (`barrier`, `exchange`): at a
+rendezvous, at the check that they compile the same replicated program, and
+before each step with collectives. Each meeting waits at most
+`TORCH_XLA_COLLECTIVE_TIMEOUT` seconds, then raises `PeerTimeoutError` naming
+the processes that did not arrive, instead of hanging.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
+import time
 
 # Set by xmp.spawn in each child (names as in PyTorch/XLA).
 LOCAL_RANK_ENV = "PJRT_LOCAL_PROCESS_RANK"
@@ -22,14 +30,26 @@ DEFAULT_COORDINATOR_PORT = 8547
 # Seconds a process waits for the others to join before giving up.
 JOIN_TIMEOUT_ENV = "XLA_COORDINATOR_TIMEOUT"
 DEFAULT_JOIN_TIMEOUT = 120
+# Seconds a process waits for the others at a meeting point (rendezvous, mesh_reduce, the
+# replicated-program check, the start of a step with collectives) before it raises.
+COLLECTIVE_TIMEOUT_ENV = "TORCH_XLA_COLLECTIVE_TIMEOUT"
+DEFAULT_COLLECTIVE_TIMEOUT = 600.0
 
-
-# Rendezvous calls with the same tag are numbered, so a tag can be reused every step.
+# Meetings at the same point are numbered, so a point (a rendezvous tag) can recur every step.
 _generations: dict[str, int] = {}
+_ARRIVED = "torch_xla/arrived"  # /<point>/<rank> -> the last generation that rank reached
 
 
 class DistributedError(RuntimeError):
-    """The multi-process environment is inconsistent; the message says which variable."""
+    """The multi-process environment is inconsistent, or the processes could not meet."""
+
+
+class PeerTimeoutError(DistributedError):
+    """Processes did not reach a meeting point in time; `missing` lists their ranks."""
+
+    def __init__(self, message: str, missing: list[int]) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +121,14 @@ def joined() -> bool:
     return distributed.global_state.client is not None
 
 
+def leave() -> None:
+    """Leave the job's coordination service; waits there until every process leaves."""
+    if joined():
+        import jax
+
+        jax.distributed.shutdown()
+
+
 def _store():
     from jax._src import distributed
 
@@ -116,18 +144,111 @@ def process_id() -> int:
     return distributed.global_state.process_id
 
 
-def exchange(tag: str, payload: bytes, timeout_s: int = 600) -> list[bytes]:
-    """Every process's `payload` for `tag`, in process order; a barrier for all processes."""
+def process_count() -> int:
     from jax._src import distributed
 
-    store = _store()
-    rank, count = distributed.global_state.process_id, distributed.global_state.num_processes
-    generation = _generations[tag] = _generations.get(tag, 0) + 1
-    key = f"torch_xla/rendezvous/{tag}/{generation}"
+    return distributed.global_state.num_processes
+
+
+def collective_timeout() -> float:
+    """`TORCH_XLA_COLLECTIVE_TIMEOUT` in seconds (read at each meeting), or the default."""
+    text = os.environ.get(COLLECTIVE_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_COLLECTIVE_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise DistributedError(
+            f"{COLLECTIVE_TIMEOUT_ENV}={text!r} is not a positive number of seconds; set one "
+            f"(e.g. 600), or unset it for the default ({DEFAULT_COLLECTIVE_TIMEOUT:g} s)."
+        )
+    return value
+
+
+def barrier(point: str, what: str | None = None, timeout_s: float | None = None) -> None:
+    """Wait until every process reaches `point` as often as this one, or raise.
+
+    Raises `PeerTimeoutError` naming the processes that did not arrive within `timeout_s`
+    (default: `collective_timeout()`); `what` names the point in that message.
+    """
+    _meet(_store(), point, _next_generation(point), what or repr(point), timeout_s)
+
+
+def exchange(
+    tag: str, payload: bytes, timeout_s: float | None = None, what: str | None = None
+) -> list[bytes]:
+    """Every process's `payload` for `tag`, in process order; a barrier for all processes."""
+    store, rank = _store(), process_id()
+    point = f"rendezvous/{tag}"
+    generation = _next_generation(point)
+    key = f"torch_xla/{point}/{generation}"
     store.key_value_set_bytes(f"{key}/{rank}", payload)
-    timeout_ms = timeout_s * 1000
-    found = [store.blocking_key_value_get_bytes(f"{key}/{r}", timeout_ms) for r in range(count)]
-    store.wait_at_barrier(f"{key}/read", timeout_ms)
-    store.key_value_delete(f"{key}/{rank}")
-    return found
+    _meet(store, point, generation, what or f"rendezvous {tag!r}", timeout_s)
+    found = {_rank_of(k): value for k, value in store.key_value_dir_get_bytes(f"{key}/")}
+    # Everyone has read the previous generation before arriving at this one.
+    store.key_value_delete(f"torch_xla/{point}/{generation - 1}/{rank}")
+    return [found[r] for r in range(process_count())]
+
+
+def _next_generation(point: str) -> int:
+    generation = _generations[point] = _generations.get(point, 0) + 1
+    return generation
+
+
+def _rank_of(key: str) -> int:
+    return int(key.rsplit("/", 1)[1])
+
+
+def _meet(store, point: str, generation: int, what: str, timeout_s: float | None) -> None:
+    """Wait at the coordinator's barrier for `point`; on failure, name who did not arrive."""
+    timeout = collective_timeout() if timeout_s is None else timeout_s
+    # Marked before waiting: when the wait fails, the marks show who never came.
+    marks = f"{_ARRIVED}/{point}"
+    store.key_value_set_bytes(f"{marks}/{process_id()}", b"%d" % generation, allow_overwrite=True)
+    start = time.monotonic()
+    try:
+        # One reusable barrier per point: the coordinator counts its rounds.
+        store.wait_at_barrier(f"torch_xla/barrier/{point}", max(1, round(timeout * 1000)))
+    except Exception as error:  # jax's XlaRuntimeError; the message below says what happened
+        waited = time.monotonic() - start
+        raise _not_met(store, marks, generation, what, timeout, waited, error) from error
+
+
+def _not_met(
+    store, marks: str, generation: int, what: str, timeout: float, waited: float,
+    error: Exception,
+) -> DistributedError:
+    rank = process_id()
+    failed = DistributedError(f"Process {rank} could not meet the others at {what}: {error}")
+    try:
+        reached = {_rank_of(k): int(v) for k, v in store.key_value_dir_get_bytes(f"{marks}/")}
+    except Exception:  # noqa: BLE001 - the coordinator itself is gone; say what we know
+        return failed
+    missing = [r for r in range(process_count()) if reached.get(r, 0) < generation]
+    if not missing and "DEADLINE_EXCEEDED" not in str(error):
+        return failed
+    if not missing:
+        return PeerTimeoutError(
+            f"Process {rank} reached {what} (its arrival #{generation} there) after the other "
+            f"processes had stopped waiting for it: it came more than {timeout:g} s after "
+            f"them. {_ADVICE}",
+            [],
+        )
+    before = [reached.get(r, 0) for r in missing]
+    return PeerTimeoutError(
+        f"Process {rank} waited {waited:.1f} s at {what} (its arrival #{generation} there), "
+        f"but process(es) {missing} did not arrive within {timeout:g} s (they had arrived "
+        f"there {before} time(s)). {_ADVICE}",
+        missing,
+    )
+
+
+_ADVICE = (
+    "Every process must call the same rendezvous, mesh_reduce and collectives in the same "
+    "order. If a missing process failed, its own error says why; if it is only slower "
+    f"(loading data, compiling), raise {COLLECTIVE_TIMEOUT_ENV} (seconds, default "
+    f"{DEFAULT_COLLECTIVE_TIMEOUT:g})."
+)
 

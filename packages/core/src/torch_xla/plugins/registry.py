@@ -163,18 +163,23 @@ def _load_entry_point(entry_point: importlib_metadata.EntryPoint) -> PluginRecor
         return existing  # a hand registration wins over discovery
     try:
         record.plugin = validate(record.name, entry_point.load())
-    except Exception as error:  # any failure of third-party code is recorded, not fatal
+    # Any failure of third-party code is recorded, not fatal: sys.exit() at import as well
+    # (SystemExit is no Exception). KeyboardInterrupt still stops the program.
+    except (Exception, SystemExit) as error:
         record.error = error
     _records[record.name] = record
     return record
 
 
+def _describe(error: BaseException | None) -> str:
+    if isinstance(error, SystemExit):
+        return f"SystemExit: it called sys.exit({error.code!r}) while loading"
+    return f"{type(error).__name__}: {error}"
+
+
 def _failure_summary(failures: list[PluginRecord]) -> str:
     lines = [f"torch_xla: {len(failures)} installed plugin(s) failed to load:"]
-    lines += [
-        f"  {r.name.lower()!r} from {r.origin}: {type(r.error).__name__}: {r.error}"
-        for r in failures
-    ]
+    lines += [f"  {r.name.lower()!r} from {r.origin}: {_describe(r.error)}" for r in failures]
     lines.append(
         "The other plugins work. Reinstall or uninstall the failing package, "
         "or set XLA_REGISTER_INSTALLED_PLUGINS=0 and register plugins by hand."
@@ -205,7 +210,7 @@ def record(name: str) -> PluginRecord:
     if found.error is not None:
         raise PluginError(
             f"Plugin {key!r} from {found.origin} failed to load: "
-            f"{type(found.error).__name__}: {found.error}. Reinstall that package, "
+            f"{_describe(found.error)}. Reinstall that package, "
             f"or choose another device with PJRT_DEVICE (installed: {_installed_names()})."
         ) from found.error
     return found

@@ -7,6 +7,9 @@ The core tests and the conformance kit both use them.
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from typing import Any
 
 import torch
@@ -266,6 +269,69 @@ def failing_worker(index: int) -> None:
     if index == 1:
         raise ValueError("replica 1 failed on purpose")
     xm.all_reduce(xm.REDUCE_SUM, torch.ones(2, device=xm.xla_device())).cpu()
+
+
+# How a replica can end without returning, for `ending_worker`.
+ENDINGS = {
+    "exit": lambda: os._exit(3),
+    "kill": lambda: os.kill(os.getpid(), signal.SIGKILL),
+    "raise": lambda: _raise(ValueError("replica 1 failed on purpose")),
+}
+# Longer than any test waits: the parent stops a sleeping replica once the job has failed.
+SLEEP_UNTIL_STOPPED_S = 120
+
+
+def _raise(error: Exception) -> None:
+    raise error
+
+
+def ending_worker(index: int, how: str) -> None:
+    """Replica 1 ends as `ENDINGS[how]` says; the others sleep until `spawn` stops them."""
+    if index == 1:
+        ENDINGS[how]()
+    time.sleep(SLEEP_UNTIL_STOPPED_S)
+
+
+def absent_peer_worker(index: int, where: str) -> None:
+    """Replica 0 waits for replica 1 at `where`; replica 1 sleeps instead of coming.
+
+    `where`: "rendezvous", "mesh_reduce", "compile" (the first step with a collective,
+    whose compilation the processes check together) or "step" (a second, cached run of
+    that step, which meets the others just before it runs).
+    """
+    import torch_xla.core.xla_model as xm
+
+    device = xm.xla_device()
+
+    def step() -> torch.Tensor:
+        return xm.all_reduce(xm.REDUCE_SUM, torch.ones(2, device=device)).cpu()
+
+    if where == "step":
+        step()  # together, once
+    if index == 1:
+        time.sleep(SLEEP_UNTIL_STOPPED_S)
+    elif where == "rendezvous":
+        xm.rendezvous("absent_peer_worker")
+    elif where == "mesh_reduce":
+        xm.mesh_reduce("absent_peer_worker", index, sum)
+    else:
+        step()
+
+
+def late_peer_worker(index: int, late_by_s: float) -> dict[str, Any]:
+    """Replica 1 comes to a rendezvous `late_by_s` seconds after replica 0; both catch their
+    `PeerTimeoutError` and return what it says, then meet again (the job goes on)."""
+    import torch_xla.core.xla_model as xm
+    from torch_xla.pjrt.distributed import PeerTimeoutError
+
+    if index == 1:
+        time.sleep(late_by_s)
+    try:
+        xm.rendezvous("late_peer_worker")
+        error = None
+    except PeerTimeoutError as caught:
+        error = {"message": str(caught), "missing": caught.missing}
+    return {"error": error, "after": xm.rendezvous("late_peer_worker.after", b"%d" % index)}
 
 
 def divergent_worker(index: int) -> None:
