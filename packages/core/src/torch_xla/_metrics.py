@@ -1,20 +1,40 @@
-"""Counters and timed metrics, shared by every layer; `torch_xla.debug.metrics` reports them.
+"""Counters and metrics, shared by every layer; `torch_xla.debug.metrics` reports them.
 
 A counter is a named integer (`CachedCompile`, `aten::nonzero`). A metric is a
-named series of samples (`CompileTime` in seconds) with its count, sum and a
-window of recent samples for percentiles, as PyTorch/XLA reports them.
+named series of samples with its count, sum and a window of recent samples for
+percentiles. Each metric has a unit that decides how the report prints it, as
+PyTorch/XLA prints it: a duration (`05m003ms`), a size (`1.54MB`) or a plain
+number (`12.00`). Time metrics take their samples in seconds and hand them out
+in nanoseconds (`Metric.data()`), PyTorch/XLA's raw unit.
+
+Names are PyTorch/XLA's where the engine records the same event; `UNITS` gives
+the unit of every metric that is not a duration.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import math
+import os
 import threading
 import time
 from collections.abc import Iterator
 
-SAMPLE_WINDOW = 1024  # recent samples kept per metric for percentiles
-PERCENTILES = (1, 5, 10, 20, 50, 80, 90, 95, 99)
+TIME = "time"
+BYTES = "bytes"
+NUMBER = "number"
+
+# Every metric not named here is a duration.
+UNITS: dict[str, str] = {
+    "InboundData": BYTES,  # bytes copied host -> device, one sample per transfer
+    "OutboundData": BYTES,  # bytes copied device -> host
+    "TensorsGraphSize": NUMBER,  # nodes in a synced graph
+    "InputOutputAliasCount": NUMBER,  # donated inputs of an executed graph
+}
+
+DEFAULT_SAMPLE_WINDOW = 1024  # XLA_METRICS_SAMPLES: recent samples kept per metric
+DEFAULT_PERCENTILES = "0.01:0.05:0.1:0.2:0.5:0.8:0.9:0.95:0.99"  # XLA_METRICS_PERCENTILES
 
 _lock = threading.Lock()
 
@@ -31,22 +51,29 @@ class Counter:
 
 
 class Metric:
-    """Samples of one quantity; `is_time` formats them as durations."""
+    """Samples of one quantity in `unit` (seconds for `TIME`)."""
 
-    def __init__(self, name: str, is_time: bool = True) -> None:
+    def __init__(self, name: str, unit: str = TIME) -> None:
         self.name = name
-        self.is_time = is_time
+        self.unit = unit
         self.total_samples = 0
         self.accumulator = 0.0
-        self.samples: collections.deque[tuple[float, float]] = collections.deque(
-            maxlen=SAMPLE_WINDOW
+        self.samples: collections.deque[tuple[int, float]] = collections.deque(
+            maxlen=_sample_window()
         )
 
     def add(self, value: float) -> None:
         with _lock:
             self.total_samples += 1
             self.accumulator += value
-            self.samples.append((time.time(), value))
+            self.samples.append((time.time_ns(), value))
+
+    def data(self) -> tuple[int, float, list[tuple[int, float]]]:
+        """(total samples, sum, recent (timestamp ns, value)), times in nanoseconds."""
+        scale = 1e9 if self.unit == TIME else 1.0
+        with _lock:
+            recent = [(stamp, value * scale) for stamp, value in self.samples]
+            return self.total_samples, self.accumulator * scale, recent
 
 
 _counters: dict[str, Counter] = {}
@@ -60,10 +87,15 @@ def counter(name: str) -> Counter:
     return found
 
 
-def metric(name: str, is_time: bool = True) -> Metric:
+def increment_counter(name: str, amount: int = 1) -> None:
+    counter(name).inc(amount)
+
+
+def metric(name: str, unit: str | None = None) -> Metric:
+    """The metric `name`, created on first use with `unit` (default: from `UNITS`)."""
     found = _metrics.get(name)
     if found is None:
-        found = _metrics.setdefault(name, Metric(name, is_time))
+        found = _metrics.setdefault(name, Metric(name, unit or UNITS.get(name, TIME)))
     return found
 
 
@@ -84,6 +116,22 @@ def metrics() -> dict[str, Metric]:
     return _metrics
 
 
+def active_counters() -> dict[str, Counter]:
+    """Counters with a non-zero value, by name: the ones a report shows."""
+    return {n: c for n, c in sorted(_counters.items()) if c.value}
+
+
+def active_metrics() -> dict[str, Metric]:
+    """Metrics with at least one sample, by name."""
+    return {n: m for n, m in sorted(_metrics.items()) if m.total_samples}
+
+
+def is_fallback_counter(name: str) -> bool:
+    """`aten::nonzero`, `torchvision::nms`: an op run on the CPU (engine ops count `xla::`)."""
+    namespace, sep, _ = name.partition("::")
+    return bool(sep) and namespace != "xla"
+
+
 def clear_counters() -> None:
     _counters.clear()
 
@@ -92,62 +140,122 @@ def clear_metrics() -> None:
     _metrics.clear()
 
 
-# --- report ---------------------------------------------------------------
+# --- configuration ----------------------------------------------------------
+
+
+def _sample_window() -> int:
+    text = os.environ.get("XLA_METRICS_SAMPLES", "").strip()
+    if not text:
+        return DEFAULT_SAMPLE_WINDOW
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(
+            f"XLA_METRICS_SAMPLES={text!r} is not a positive integer; set one, "
+            f"or unset it for the default ({DEFAULT_SAMPLE_WINDOW})."
+        )
+    return int(text)
+
+
+def percentiles() -> list[float]:
+    """The fractions each metric reports, from XLA_METRICS_PERCENTILES (`0.5:0.99`)."""
+    text = os.environ.get("XLA_METRICS_PERCENTILES", "").strip() or DEFAULT_PERCENTILES
+    try:
+        values = sorted(float(part) for part in text.split(":"))
+    except ValueError:
+        values = []
+    if not values or not all(0.0 < v < 1.0 for v in values):
+        raise ValueError(
+            f"XLA_METRICS_PERCENTILES={text!r} is not a ':'-separated list of fractions "
+            f"in (0, 1); write e.g. {DEFAULT_PERCENTILES!r}, or unset it."
+        )
+    return values
+
+
+# --- how values print ---------------------------------------------------------
+
+# (suffix, seconds per part, width): every part after the first printed one is
+# zero-padded to its width; microseconds keep three decimals (`032.778us`).
+_TIME_PARTS = (("d", 86400.0, 2), ("h", 3600.0, 2), ("m", 60.0, 2), ("s", 1.0, 2), ("ms", 1e-3, 3))
 
 
 def format_duration(seconds: float) -> str:
     """`06m09s401ms746.001us`, the way PyTorch/XLA prints times."""
-    micros = seconds * 1e6
-    minutes, micros = divmod(micros, 60e6)
-    secs, micros = divmod(micros, 1e6)
-    millis, micros = divmod(micros, 1e3)
     text = ""
-    if minutes:
-        text += f"{int(minutes):02d}m"
-    if minutes or secs:
-        text += f"{int(secs):02d}s"
-    if minutes or secs or millis:
-        text += f"{int(millis):03d}ms"
-    return text + f"{micros:.3f}us"
+    rest = max(seconds, 0.0)
+    for suffix, scale, width in _TIME_PARTS:
+        whole = math.floor(rest / scale)
+        if whole >= 1 or text:
+            text += f"{whole:0{width}d}{suffix}"
+            rest -= whole * scale
+    return text + f"{max(rest, 0.0) * 1e6:07.3f}us"
 
 
-def _format_value(m: Metric, value: float) -> str:
-    return format_duration(value) if m.is_time else f"{value:.2f}"
+_SIZE_SUFFIXES = ("B", "KB", "MB", "GB", "TB", "PB")
 
 
-def _percentile(sorted_values: list[float], pct: int) -> float:
-    index = min(len(sorted_values) - 1, int(len(sorted_values) * pct / 100))
-    return sorted_values[index]
+def format_bytes(value: float) -> str:
+    """`1.54MB`: powers of 1024, two decimals."""
+    index = 0
+    while index + 1 < len(_SIZE_SUFFIXES) and value >= 1024.0:
+        value /= 1024.0
+        index += 1
+    return f"{value:.2f}{_SIZE_SUFFIXES[index]}"
+
+
+def format_number(value: float) -> str:
+    return f"{value:.2f}"
+
+
+_FORMATTERS = {TIME: format_duration, BYTES: format_bytes, NUMBER: format_number}
+
+
+def format_value(m: Metric, value: float) -> str:
+    return _FORMATTERS[m.unit](value)
+
+
+# --- report -------------------------------------------------------------------
 
 
 def metric_report(m: Metric) -> str:
     with _lock:
         samples = list(m.samples)
+        total_samples, accumulator = m.total_samples, m.accumulator
     lines = [
         f"Metric: {m.name}",
-        f"  TotalSamples: {m.total_samples}",
-        f"  Accumulator: {_format_value(m, m.accumulator)}",
+        f"  TotalSamples: {total_samples}",
+        f"  Accumulator: {format_value(m, accumulator)}",
     ]
-    if len(samples) > 1:
-        span = max(samples[-1][0] - samples[0][0], 1e-9)
-        window_sum = sum(v for _, v in samples[1:])
-        lines.append(f"  ValueRate: {_format_value(m, window_sum / span)} / second")
-        lines.append(f"  Rate: {(len(samples) - 1) / span:.6g} / second")
-    if samples:
-        values = sorted(v for _, v in samples)
-        pcts = "; ".join(f"{p}%={_format_value(m, _percentile(values, p))}" for p in PERCENTILES)
-        lines.append(f"  Percentiles: {pcts}")
-    return "\n".join(lines)
+    span = (samples[-1][0] - samples[0][0]) / 1e9 if samples else 0.0
+    if span > 0:
+        window_sum = sum(v for _, v in samples)
+        lines.append(f"  ValueRate: {format_value(m, window_sum / span)} / second")
+        lines.append(f"  Rate: {len(samples) / span:.6g} / second")
+    values = sorted(v for _, v in samples)
+    pcts = "; ".join(
+        f"{p * 100:g}%={format_value(m, values[int(p * len(values))])}" for p in percentiles()
+    )
+    lines.append(f"  Percentiles: {pcts}")
+    return "\n".join(lines) + "\n"
 
 
 def counter_report(c: Counter) -> str:
-    return f"Counter: {c.name}\n  Value: {c.value}"
+    return f"Counter: {c.name}\n  Value: {c.value}\n"
 
 
-def report(metric_names: list[str] | None = None, counter_names: list[str] | None = None) -> str:
-    """Every metric, then every non-zero counter, in name order (or just the ones named)."""
-    ms = sorted(metric_names if metric_names is not None else _metrics)
-    cs = sorted(counter_names if counter_names is not None else _counters)
-    parts = [metric_report(_metrics[n]) for n in ms if n in _metrics]
-    parts += [counter_report(_counters[n]) for n in cs if n in _counters and _counters[n].value]
-    return "\n".join(parts) + ("\n" if parts else "")
+def report() -> str:
+    """Every metric with samples, then every non-zero counter, in name order."""
+    parts = [metric_report(m) for m in active_metrics().values()]
+    parts += [counter_report(c) for c in active_counters().values()]
+    return "".join(parts)
+
+
+def short_report(counter_names: list[str], metric_names: list[str]) -> str:
+    """The metrics and counters named (those with data), then every CPU-fallback counter."""
+    metrics_now, counters_now = active_metrics(), active_counters()
+    parts = [metric_report(metrics_now[n]) for n in metric_names if n in metrics_now]
+    parts += [counter_report(counters_now[n]) for n in counter_names if n in counters_now]
+    parts += [
+        counter_report(c)
+        for n, c in counters_now.items()
+        if is_fallback_counter(n) and n not in counter_names
+    ]
+    return "".join(parts)

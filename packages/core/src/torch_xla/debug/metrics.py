@@ -1,46 +1,46 @@
-"""Metrics and counters, as PyTorch/XLA's `torch_xla.debug.metrics` exposes them."""
+"""Metrics and counters, as PyTorch/XLA's `torch_xla.debug.metrics` exposes them.
+
+A counter or metric that was cleared, or never recorded, is absent: its name is
+not listed and its value or data is None.
+"""
 
 from __future__ import annotations
 
 from torch_xla import _metrics
 
-
-def metrics_report() -> str:
-    """Every metric and counter, in the report format PyTorch/XLA users know."""
-    return _metrics.report()
-
-
-def short_metrics_report(
-    counter_names: list[str] | None = None, metric_names: list[str] | None = None
-) -> str:
-    """The few figures that usually explain a slow step."""
-    if metric_names is None:
-        metric_names = ["CompileTime", "ExecuteTime", "TransferFromDeviceTime"]
-    if counter_names is None:
-        counter_names = ["CachedCompile", "UncachedCompile", "MarkStep"]
-        counter_names += [n for n in _metrics.counters() if n.startswith("aten::")]
-    return _metrics.report(metric_names, counter_names)
+DEFAULT_SHORT_COUNTERS = ("CachedCompile", "MarkStep", "DynamoSyncInputExecuteTime")
+DEFAULT_SHORT_METRICS = (
+    "CompileTime",
+    "ExecuteTime",
+    "ExecuteReplicatedTime",
+    "TransferToDeviceTime",
+    "TransferFromDeviceTime",
+)
 
 
 def counter_names() -> list[str]:
-    return sorted(n for n, c in _metrics.counters().items() if c.value)
+    """The names of the counters with a non-zero value."""
+    return list(_metrics.active_counters())
 
 
 def counter_value(name: str) -> int | None:
-    found = _metrics.counters().get(name)
+    """The counter's value, or None when it is zero or unknown."""
+    found = _metrics.active_counters().get(name)
     return found.value if found is not None else None
 
 
 def metric_names() -> list[str]:
-    return sorted(_metrics.metrics())
+    """The names of the metrics with at least one sample."""
+    return list(_metrics.active_metrics())
 
 
-def metric_data(name: str) -> tuple[int, float, list[tuple[float, float]]] | None:
-    """(total samples, accumulated value, recent (timestamp, value) samples), or None."""
-    found = _metrics.metrics().get(name)
-    if found is None:
-        return None
-    return found.total_samples, found.accumulator, list(found.samples)
+def metric_data(name: str) -> tuple[int, float, list[tuple[int, float]]] | None:
+    """(total samples, accumulated value, recent (timestamp ns, value) samples), or None.
+
+    Time metrics are in nanoseconds, byte metrics in bytes.
+    """
+    found = _metrics.active_metrics().get(name)
+    return found.data() if found is not None else None
 
 
 def clear_counters() -> None:
@@ -52,5 +52,27 @@ def clear_metrics() -> None:
 
 
 def clear_all() -> None:
-    clear_counters()
     clear_metrics()
+    clear_counters()
+
+
+def metrics_report() -> str:
+    """Every metric and counter, in the report format PyTorch/XLA users know."""
+    return _metrics.report()
+
+
+def short_metrics_report(
+    counter_names: list[str] | None = None, metric_names: list[str] | None = None
+) -> str:
+    """The few figures that usually explain a slow step, and every CPU fallback.
+
+    An empty or missing list means the default one.
+    """
+    return _metrics.short_report(
+        list(counter_names or DEFAULT_SHORT_COUNTERS), list(metric_names or DEFAULT_SHORT_METRICS)
+    )
+
+
+def executed_fallback_ops() -> list[str]:
+    """The ops that ran on the CPU since the counters were last cleared (`aten::nonzero`)."""
+    return [n for n in _metrics.active_counters() if _metrics.is_fallback_counter(n)]
