@@ -8,6 +8,13 @@ nothing starts a device until a program asks for one.
 
 from __future__ import annotations
 
+import contextlib
+import importlib
+import importlib.util
+import os
+from collections.abc import Callable
+from typing import Any
+
 import torch
 
 from torch_xla.version import MIN_TORCH_VERSION, __version__
@@ -29,24 +36,132 @@ def check_torch_version(text: str = torch.__version__) -> None:
 
 check_torch_version()
 
-from torch_xla import _XLAC  # noqa: E402, F401 - torch_xla._XLAC, as PyTorch/XLA has it
+from torch_xla import _XLAC, _metrics  # noqa: E402 - torch_xla._XLAC, as PyTorch/XLA has it
 from torch_xla import backend as _backend  # noqa: E402
 
 _backend.register()  # torch.device("xla", n) works from here on; no device is started
 
 
+def __getattr__(name: str) -> Any:
+    """Submodules (`torch_xla.runtime`, `torch_xla.core`, ...) are reachable as attributes
+    after a bare `import torch_xla`, imported on first access: most of them import jax
+    (about a second), which `import torch_xla` must not."""
+    if not name.startswith("__") and importlib.util.find_spec(f"torch_xla.{name}") is not None:
+        return importlib.import_module(f"torch_xla.{name}")
+    raise AttributeError(f"module 'torch_xla' has no attribute {name!r}")
+
+
 def device(index: int | None = None) -> torch.device:
-    """The XLA device `xla:index` (xla:0 by default)."""
+    """The XLA device `xla:index` of this process (xla:0 by default).
+
+    Raises IndexError when the process has no such device.
+    """
     from torch_xla.core import xla_model
 
     return xla_model.xla_device(index)
 
 
-def sync() -> None:
-    """Run every pending XLA computation (the same as `xm.mark_step()`)."""
+def devices() -> list[torch.device]:
+    """Every XLA device this process drives."""
     from torch_xla.core import xla_model
 
-    xla_model.mark_step()
+    return [torch.device(d) for d in xla_model.get_xla_supported_devices()]
 
 
-__all__ = ["__version__", "device", "sync"]
+def real_devices() -> list[str]:
+    """Runtime names of this process's devices, e.g. `['CPU:0', 'CPU:1']`."""
+    return _XLAC._xla_real_devices()
+
+
+def device_count() -> int:
+    """Number of devices this process drives."""
+    return len(real_devices())
+
+
+def sync(wait: bool = False, reset_scope: bool = True) -> None:
+    """Run every pending XLA computation, then the step closures (`xm.mark_step()`)."""
+    from torch_xla.core import xla_model
+
+    xla_model.mark_step(wait=wait, reset_scope=reset_scope)
+
+
+def step() -> contextlib.AbstractContextManager[None]:
+    """A context manager that syncs on entry and on exit, even when the block raises."""
+    return compile()
+
+
+def manual_seed(seed: int, device: torch.device | str | None = None) -> None:
+    """Seed the XLA random number generator (one state per process, for every device)."""
+    from torch_xla.core import xla_model
+
+    xla_model.set_rng_state(seed, device)
+
+
+def compile(f: Callable | None = None, full_graph: bool = False, name: str | None = None,
+            max_different_graphs: int | None = None) -> Any:
+    """Trace `f` lazily and run it as compiled graphs: a sync before and after each call.
+
+    Without `f`, a context manager doing the same around its block. With
+    `full_graph=True` the traced code must become one graph: if it made the device
+    run anything before the final sync (`.item()`, `.cpu()`, `print` of a pending
+    tensor, a CPU-fallback op), RuntimeError names how many graphs ran.
+    `max_different_graphs` is not supported (see docs/migration.md).
+    """
+    if max_different_graphs is not None:
+        raise NotImplementedError(
+            "torch_xla.compile(max_different_graphs=...) is not supported: the engine does "
+            "not track graphs per function. Leave it None and watch the UncachedCompile "
+            "counter (torch_xla.debug.metrics) instead."
+        )
+    label = name or getattr(f, "__name__", None) or "the compiled block"
+    scope = _CompiledScope(label, full_graph)
+    return scope if f is None else scope(f)
+
+
+class _CompiledScope(contextlib.ContextDecorator):
+    """`torch_xla.compile`'s region: sync, trace, sync; counts graphs run in between."""
+
+    def __init__(self, name: str, full_graph: bool) -> None:
+        self.name, self.full_graph = name, full_graph
+        self._starts: list[int] = []  # one per active call: a compiled function may recurse
+
+    def __enter__(self) -> None:
+        sync()
+        self._starts.append(_graphs_run())
+
+    def __exit__(self, kind, error, trace) -> None:
+        ran = _graphs_run() - self._starts.pop()
+        sync()
+        if self.full_graph and error is None and ran:
+            raise RuntimeError(
+                f"torch_xla.compile(full_graph=True): tracing {self.name} needed {ran + 1} "
+                f"graphs, not one: {ran} ran before its end because the code read a pending "
+                "value on the host (.item(), .cpu(), print, a Python branch on a tensor) or "
+                "used an op that falls back to the CPU. Remove those, or pass full_graph=False."
+            )
+
+
+def _graphs_run() -> int:
+    """Graphs executed so far: every execution is one cache miss or one hit."""
+    return sum(_metrics.counters()[n].value for n in ("UncachedCompile", "CachedCompile")
+               if n in _metrics.counters())
+
+
+def launch(fn: Callable, args: tuple = (), start_method: str = "spawn",
+           debug_single_process: bool = False) -> Any:
+    """Run `fn(index, *args)` on every device: in one process per device (`xmp.spawn`),
+    or, under torchrun, directly in this process with index LOCAL_RANK."""
+    import torch.distributed as dist
+
+    if dist.is_torchelastic_launched():
+        return fn(int(os.environ.get("LOCAL_RANK", "0")), *args)
+    from torch_xla.distributed import xla_multiprocessing as xmp
+
+    nprocs = 1 if debug_single_process else None
+    return xmp.spawn(fn, args=args, nprocs=nprocs, start_method=start_method)
+
+
+__all__ = [
+    "__version__", "compile", "device", "device_count", "devices", "launch", "manual_seed",
+    "real_devices", "step", "sync",
+]

@@ -7,24 +7,44 @@ it); "global" ones are all devices of the job.
 
 from __future__ import annotations
 
+import os
+import socket
+
+import torch
+
+import torch_xla
+from torch_xla.core import xla_env_vars as xenv
 from torch_xla.pjrt import cache as compile_cache
 from torch_xla.pjrt import distributed
 from torch_xla.pjrt.client import XlaRuntimeError, client, started
 from torch_xla.plugins import registry
 
 
-def device_type() -> str:
-    """The active device type (upper-case plugin name), chosen but not yet started."""
-    return registry.active().name
+def device_type() -> str | None:
+    """The device type (upper-case plugin name) this process uses or will use.
+
+    As in PyTorch/XLA, PJRT_DEVICE decides when it is set; otherwise the device the
+    runtime started with, or the plugin that automatic selection picks (without
+    starting it). With PJRT_SELECT_DEFAULT_DEVICE=0 and no PJRT_DEVICE: None.
+    """
+    requested = os.environ.get(xenv.PJRT_DEVICE, "").strip().upper()
+    if requested:
+        known = {r.name for r in registry.records()}
+        # PyTorch/XLA drops a suffix after "_" (e.g. CPU_SPECIAL); plugin names may hold one
+        return requested if requested in known else requested.split("_")[0]
+    if os.environ.get(xenv.PJRT_SELECT_DEFAULT_DEVICE, "1") == "0":
+        return None
+    running = started()
+    return running.name if running is not None else registry.active().name
 
 
 def set_device_type(pjrt_device: str) -> None:
     """Choose the device type; only possible before the runtime has started."""
-    running = started()
-    if running is not None and running.name != registry.canonical_name(pjrt_device):
+    wanted = registry.canonical_name(pjrt_device)
+    if torch_xla._XLAC._xla_runtime_is_initialized() and device_type() != wanted:
         raise XlaRuntimeError(
             f"Cannot switch to device type {pjrt_device!r}: the runtime already started "
-            f"with {running.name!r}. Set PJRT_DEVICE before the first use of a device, "
+            f"with {device_type()!r}. Set PJRT_DEVICE before the first use of a device, "
             "or call set_device_type() earlier."
         )
     registry.set_active(pjrt_device)
@@ -101,3 +121,56 @@ def initialize_cache(path: str, readonly: bool = False) -> None:
             "has already compiled a graph. Call it at the start of the program."
         )
     compile_cache.configure(path, readonly)
+
+
+def get_num_cached_compilation_graph() -> int:
+    """Compiled graphs held by the in-memory program cache (not counting the persistent one)."""
+    return torch_xla._XLAC._xla_get_num_cached_compilation_graph()
+
+
+def global_runtime_device_count() -> int:
+    """Runtime devices of the whole job (the same as `global_device_count`: no SPMD here)."""
+    return len(torch_xla._XLAC._xla_get_all_devices())
+
+
+def addressable_runtime_device_count() -> int:
+    """Runtime devices this process drives."""
+    return torch_xla._XLAC._xla_num_devices()
+
+
+def runtime_device_attributes(device: str | torch.device) -> dict[str, object]:
+    """What the runtime reports about `device` (`xla:N`, or a runtime name such as `CPU:0`)."""
+    return torch_xla._XLAC._xla_get_device_attributes(str(device))
+
+
+def global_runtime_device_attributes() -> list[dict[str, object]]:
+    """`runtime_device_attributes` of every device of the job, by global ordinal."""
+    return torch_xla._XLAC._xla_get_all_device_attributes()
+
+
+def is_bf16_supported() -> bool:
+    """Whether the device can hold a bfloat16 tensor (tries one)."""
+    try:
+        torch.tensor([1.0], dtype=torch.bfloat16, device="xla").cpu()
+    except Exception:  # any failure of the device or its plugin means "no"
+        return False
+    return True
+
+
+def get_master_ip() -> str:
+    """IP address of the job's master process (the host of its coordinator)."""
+    where = distributed.topology()
+    if where is None:
+        raise XlaRuntimeError(
+            f"get_master_ip(): this process ({device_type()}) is not part of a multi-process "
+            "job, so there is no master worker. Start the job with xmp.spawn, "
+            "torch_xla.launch or torchrun."
+        )
+    host = where.coordinator.rsplit(":", 1)[0]
+    return socket.gethostbyname(host)
+
+
+def is_spmd() -> bool:
+    """Whether programs run in SPMD mode: never here (replicas are processes; see
+    docs/migration.md), whatever XLA_USE_SPMD says."""
+    return False

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import io
+import itertools
 import os
+import re
 import sys
+import threading
 import time
 import warnings
-from collections.abc import Callable
-from typing import IO, Any
+from collections.abc import Callable, Iterator
+from typing import IO, Any, TypedDict
 
 import torch
-from torch.utils._pytree import tree_map_only
+from torch.utils._pytree import tree_leaves, tree_map_only
 
+import torch_xla
 import torch_xla.runtime as xr
 from torch_xla._atomic import atomic_open
 from torch_xla.lazy import functional, graph, nodes, rng
@@ -24,14 +29,38 @@ from torch_xla.pjrt.client import client
 
 
 def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device:
-    """`xla:n`; checks that the device exists (this starts the runtime client)."""
+    """`xla:n` (xla:0 by default); checks that the device exists (this starts the runtime).
+
+    Raises IndexError when this process has no device `n`. `devkind` must name the
+    active device type if given (PyTorch/XLA deprecated it: one type per process).
+    """
+    if devkind is not None and devkind.upper() != xr.device_type():
+        raise RuntimeError(f"xla_device(devkind={devkind!r}): this process runs on "
+                           f"{xr.device_type()} devices only.")
     index = 0 if n is None else int(n)
-    client().device(index)
+    count = len(client().devices)
+    if not 0 <= index < count:
+        raise IndexError(f"Device index {index} out of range: this process has {count} "
+                         f"device(s), {get_xla_supported_devices()}.")
     return torch.device("xla", index)
 
 
-def mark_step(wait: bool = False) -> None:
-    """Compile (or fetch from cache) and run everything pending, as one graph per device."""
+def is_xla_tensor(tensor: torch.Tensor) -> bool:
+    return tensor.device.type == "xla"
+
+
+def parse_xla_device(device: str) -> tuple[str, int] | None:
+    """`('CPU', 3)` for the runtime device name `'CPU:3'`; None for anything else."""
+    match = re.fullmatch(r"([A-Z]+):(\d+)", device)
+    return (match.group(1), int(match.group(2))) if match else None
+
+
+def mark_step(wait: bool = False, reset_scope: bool = True) -> None:
+    """Compile (or fetch from cache) and run everything pending, as one graph per device.
+
+    `wait` (or XLA_SYNC_WAIT=1) blocks until the devices finished; `reset_scope` is
+    accepted for PyTorch/XLA programs (the engine keeps no IR scopes).
+    """
     graph.mark_step()
     _run_step_closures()
     if wait:
@@ -55,7 +84,6 @@ def set_rng_state(seed: int, device: torch.device | None = None) -> None:
 # --- training-loop API (issue 4) ---------------------------------------------
 
 _closures: list[tuple[Callable[..., Any], tuple]] = []
-_async_closures: concurrent.futures.ThreadPoolExecutor | None = None
 
 
 def add_step_closure(
@@ -70,14 +98,56 @@ def add_step_closure(
     _closures.append((closure if not run_async else _run_async(closure), tuple(args)))
 
 
-def _run_async(closure: Callable[..., Any]) -> Callable[..., Any]:
-    def submit(*args: Any) -> None:
-        global _async_closures
-        if _async_closures is None:
-            _async_closures = concurrent.futures.ThreadPoolExecutor(
+class _AsyncClosures:
+    """Runs asynchronous step closures in order on one background thread.
+
+    As in PyTorch/XLA, a closure that raises stops the ones queued after it, and the
+    error is raised (as the cause of a RuntimeError) by the next step that has an
+    asynchronous closure to run.
+    """
+
+    def __init__(self) -> None:
+        self._worker: concurrent.futures.ThreadPoolExecutor | None = None
+        self._error: BaseException | None = None
+        self._submitted = 0  # closures handed to the worker so far
+        self._dropped_up_to = 0  # those queued when a closure failed are not run
+        self._lock = threading.Lock()
+
+    def submit(self, closure: Callable[..., Any], args: tuple) -> None:
+        with self._lock:
+            error, self._error = self._error, None
+        if error is not None:
+            raise RuntimeError(
+                "Cannot run asynchronous closure due to previously raised exception"
+            ) from error
+        if self._worker is None:
+            self._worker = concurrent.futures.ThreadPoolExecutor(
                 max_workers=1, thread_name_prefix="xla-step-closure"
             )
-        _async_closures.submit(closure, *args)
+        self._submitted += 1
+        self._worker.submit(self._run, self._submitted, closure, args)
+
+    def _run(self, number: int, closure: Callable[..., Any], args: tuple) -> None:
+        if number <= self._dropped_up_to:
+            return
+        try:
+            closure(*args)
+        except Exception as error:
+            with self._lock:
+                self._error = error
+                self._dropped_up_to = self._submitted
+
+    def wait(self) -> None:
+        if self._worker is not None:
+            self._worker.submit(lambda: None).result()
+
+
+_async_closures = _AsyncClosures()
+
+
+def _run_async(closure: Callable[..., Any]) -> Callable[..., Any]:
+    def submit(*args: Any) -> None:
+        _async_closures.submit(closure, args)
 
     return submit
 
@@ -89,8 +159,7 @@ def _run_step_closures() -> None:
 
 
 def _wait_async_closures() -> None:
-    if _async_closures is not None:
-        _async_closures.submit(lambda: None).result()
+    _async_closures.wait()
 
 
 def optimizer_step(
@@ -266,19 +335,68 @@ def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> torch.Ten
     return result
 
 
+def _outputs_for(inputs: list[torch.Tensor], output: list[torch.Tensor] | None,
+                 name: str) -> list[torch.Tensor | None]:
+    if not isinstance(inputs, list) or not all(isinstance(t, torch.Tensor) for t in inputs):
+        raise TypeError(f"{name}: `input_list` needs to be a list of tensors, "
+                        f"got {type(inputs).__name__}")
+    if output is None:
+        return [None] * len(inputs)
+    if len(output) != len(inputs):
+        raise ValueError(f"{name}: `output` has {len(output)} tensors for {len(inputs)} inputs")
+    return list(output)
+
+
+def all_gather_bucketized(
+    input_list: list[torch.Tensor], dim: int = 0, groups: list[list[int]] | None = None,
+    output: list[torch.Tensor] | None = None, pin_layout: bool = False,
+    bucket_cap_mb: int = 160,
+) -> list[torch.Tensor]:
+    """`all_gather` of each tensor of `input_list`. Each is one collective of the step's
+    graph (XLA's combiner passes merge them), so `bucket_cap_mb` changes nothing."""
+    if pin_layout:
+        raise RuntimeError("For xm.all_gather_bucketized, pin_layout=True is not supported.")
+    outputs = _outputs_for(input_list, output, "all_gather_bucketized")
+    return [all_gather(t, dim=dim, groups=groups, output=o, pin_layout=False)
+            for t, o in zip(input_list, outputs, strict=True)]
+
+
+def reduce_scatter_bucketized(
+    reduce_type: str, input_list: list[torch.Tensor], scale: float, scatter_dim: int,
+    shard_count: int, groups: list[list[int]] | None = None,
+    output: list[torch.Tensor] | None = None, pin_layout: bool = False,
+    bucket_cap_mb: int = 160,
+) -> list[torch.Tensor]:
+    """`reduce_scatter` of each tensor of `input_list` (one collective each, as in
+    `all_gather_bucketized`)."""
+    outputs = _outputs_for(input_list, output, "reduce_scatter_bucketized")
+    return [reduce_scatter(reduce_type, t, scale, scatter_dim, shard_count, groups=groups,
+                           output=o, pin_layout=pin_layout)
+            for t, o in zip(input_list, outputs, strict=True)]
+
+
+def collective_broadcast(tensors: list[torch.Tensor], root_ordinal: int = 0,
+                         groups: list[list[int]] | None = None, pin_layout: bool = True) -> None:
+    """Overwrite `tensors`, in place, with replica `root_ordinal`'s values."""
+    with torch.no_grad():
+        for t in tensors:
+            # The 1-or-0 factor is data, not a constant: every replica compiles one program.
+            keep = torch.tensor(1 if xr.global_ordinal() == root_ordinal else 0, dtype=t.dtype)
+            t.mul_(send_cpu_data_to_device(keep, t.device)[0])
+    all_reduce(REDUCE_SUM, tensors, groups=groups, pin_layout=pin_layout)
+
+
 def is_master_ordinal(local: bool = True) -> bool:
     """Whether this process's default device is ordinal 0 (of this host, or of the job)."""
     return (xr.local_ordinal() if local else xr.global_ordinal()) == 0
 
 
-def master_print(
-    *args: Any, fd: IO[str] | None = None, finalizer: Callable | None = None
-) -> None:
-    """`print` (to `fd`, default stdout) on the master ordinal of the job only."""
-    if is_master_ordinal(local=False):
-        print(*args, file=fd if fd is not None else sys.stdout, flush=True)
-        if finalizer is not None:
-            finalizer()
+def master_print(*args: Any, fd: IO[str] | None = None, local: bool = False,
+                 flush: bool = False) -> None:
+    """`print` (to `fd`, default stdout) on the master ordinal only (of the job, or of
+    this host with `local=True`)."""
+    if is_master_ordinal(local=local):
+        print(*args, file=fd if fd is not None else sys.stdout, flush=flush)
 
 
 def xrt_world_size(defval: int = 1) -> int:
@@ -304,21 +422,49 @@ def get_local_ordinal(defval: int = 0) -> int:
 
 def get_xla_supported_devices(devkind: str | None = None, max_devices: int | None = None
                               ) -> list[str]:
-    """The devices this process drives, as `xla:N` strings (of `devkind` if given)."""
+    """The devices this process drives, as `xla:N` strings (of `devkind` if given;
+    PyTorch/XLA deprecated `devkind`, a process has one device type)."""
     if devkind is not None and devkind.upper() != xr.device_type():
         return []
     count = xr.addressable_device_count()
-    if max_devices is not None:
+    if max_devices:
         count = min(count, max_devices)
     return [f"xla:{i}" for i in range(count)]
 
 
+def xla_real_devices(devices: list[torch.device | str] | None = None) -> list[str]:
+    """Runtime names (`'CPU:0'`, ...) of `xla:N` devices (default: this process's)."""
+    return torch_xla._XLAC._xla_real_devices(
+        None if not devices else [str(d) for d in devices])
+
+
 def xla_device_hw(device: torch.device | str) -> str:
-    """The hardware type (`xr.device_type()`) behind an `xla:N` device."""
+    """The hardware type (`'CPU'`, ...) behind an `xla:N` device."""
     device = torch.device(device)
     if device.type != "xla":
         raise ValueError(f"{device} is not an XLA device; expected xla:N")
-    return xr.device_type()
+    return xla_real_devices([device])[0].split(":")[0]
+
+
+def xla_replication_devices(local_devices: list[torch.device | str]) -> list[str]:
+    """Runtime names of every device of the job that replication over `local_devices`
+    (all of this process's devices) spans, by global ordinal."""
+    kinds = {parse_xla_device(d)[0] for d in xla_real_devices(local_devices)}
+    if len(kinds) != 1:
+        raise RuntimeError(f"Cannot replicate across different device types: {kinds} "
+                           f"for devices {local_devices}.")
+    everyone = get_xla_supported_devices()
+    if len(local_devices) != len(everyone):
+        raise RuntimeError(f"Cannot replicate over {len(local_devices)} device(s) of this "
+                           f"process: replication spans all of them ({everyone}).")
+    kind = kinds.pop()
+    found = [d for d in torch_xla._XLAC._xla_get_all_devices() if d.startswith(kind + ":")]
+    return sorted(found, key=lambda d: parse_xla_device(d)[1])
+
+
+def unlazy(tensors: list[torch.Tensor]) -> None:
+    """Compute `tensors` and wait until they are on the device (for benchmarks)."""
+    torch_xla._XLAC._xla_sync_multi(tensors, devices=[], wait=True)
 
 
 def rendezvous(tag: str, payload: bytes = b"", replicas: list[int] | None = None) -> list[bytes]:
@@ -399,3 +545,108 @@ def save(
         else:
             torch.save(cpu_data, file_or_path)
     rendezvous("torch_xla.core.xla_model.save")
+
+
+def xla_rendezvous(payload: bytes = b"", ordinals: list[int] | None = None,
+                   tag: str | None = None) -> list[bytes]:
+    """Share `payload` with every replica; returns all payloads by ordinal."""
+    if ordinals and len(ordinals) != xr.global_device_count():
+        raise ValueError(f"Only global rendezvous is supported: ordinals={ordinals}, but the "
+                         f"job has {xr.global_device_count()} devices.")
+    if not isinstance(payload, bytes):
+        raise TypeError(f"`payload` must be bytes, not {type(payload).__name__}")
+    return rendezvous(tag or "torch_xla.core.xla_model.xla_rendezvous", payload)
+
+
+def do_on_ordinals(target: Callable[..., Any], data: tuple = (),
+                   ordinals: tuple[int, ...] | list[int] = (0,)) -> Any:
+    """`target(*data)` with `data`'s XLA tensors on the CPU, on `ordinals` only; then every
+    replica meets. Returns `target`'s result where it ran, else None."""
+    running = xr.global_ordinal() in ordinals
+    result = None
+    if running:
+        graph.compute_pending(data)
+        result = target(*_to_cpu(data))
+    rendezvous("torch_xla.core.xla_model.do_on_ordinals")
+    return result
+
+
+def check_view_sharing(obj: Any) -> None:
+    """Raise RuntimeError if two tensors inside `obj` (any nesting) share storage: two views
+    of one XLA tensor, or two CPU tensors on one storage (saving them would not keep that)."""
+    seen: dict[tuple[str, int], torch.Tensor] = {}
+    for t in {id(t): t for t in tree_leaves(obj) if type(t) is torch.Tensor}.values():
+        alias = _alias_of(t)
+        if alias is None:
+            continue
+        other = seen.setdefault(alias, t)
+        if other is not t:
+            raise RuntimeError(
+                f"Tensor {_describe(t)} is sharing a view with tensor {_describe(other)}; "
+                "save or transfer their base instead and recreate the views afterwards.")
+
+
+def _alias_of(t: torch.Tensor) -> tuple[str, int] | None:
+    if is_xla_tensor(t):  # the engine copies on write: only views alias their base
+        return ("xla", id(t._base)) if t._is_view() else None
+    return ("torch", t.untyped_storage().data_ptr())
+
+
+def _describe(t: torch.Tensor) -> str:
+    return f"{t.dtype}{list(t.shape)} on {t.device}"
+
+
+def send_cpu_data_to_device(datas: Any, device: torch.device | str,
+                            input_sharding: Any = None) -> Any:
+    """`datas` (any nesting) with each CPU tensor copied to `device`.
+
+    As in PyTorch/XLA a single tensor comes back as a one-element list.
+    """
+    if input_sharding is not None:
+        raise NotImplementedError("send_cpu_data_to_device(input_sharding=...): SPMD sharding "
+                                  "is not supported by this runtime; pass None.")
+    if type(datas) is torch.Tensor:
+        datas = [datas]
+    return tree_map_only(
+        torch.Tensor, lambda t: t.to(device) if t.device.type == "cpu" else t, datas)
+
+
+def broadcast_master_param(model: torch.nn.Module) -> None:
+    """Give every replica the master replica's parameters and buffers."""
+    collective_broadcast(list(itertools.chain(model.parameters(), model.buffers())))
+    mark_step()
+
+
+@contextlib.contextmanager
+def fork_rng(device: torch.device | str | None = None, enabled: bool = True) -> Iterator[None]:
+    """Restore the device RNG state when the block ends."""
+    if not enabled:
+        yield
+        return
+    state = get_rng_state(device)
+    try:
+        yield
+    finally:
+        set_rng_state(state, device)
+
+
+class MemoryInfo(TypedDict):
+    bytes_used: int
+    bytes_limit: int
+    peak_bytes_used: int
+
+
+def get_memory_info(device: torch.device | None = None) -> MemoryInfo:
+    """Memory in use, the limit and the peak of `device` (default xla:0), as the runtime
+    reports them; raises RuntimeError where the device reports none (the CPU)."""
+    return torch_xla._XLAC._xla_memory_info(str(device if device is not None else xla_device()))
+
+
+def get_stablehlo(tensors: list[torch.Tensor] | None = None) -> str:
+    """The StableHLO text of the graph computing `tensors` (default: every pending tensor)."""
+    return torch_xla._XLAC._get_stablehlo(tensors or [], "xla:0", [], False).decode("utf-8")
+
+
+def get_stablehlo_bytecode(tensors: list[torch.Tensor] | None = None) -> bytes:
+    """`get_stablehlo` as MLIR bytecode."""
+    return torch_xla._XLAC._get_stablehlo(tensors or [], "xla:0", [], True)

@@ -1,0 +1,237 @@
+"""`torch_xla.core.xla_model` entry points added for PyTorch/XLA's API, against eager
+PyTorch where values are involved; the multi-process ones through `xmp.spawn`."""
+
+from __future__ import annotations
+
+import io
+import sys
+import threading
+import time
+
+import pytest
+import torch
+from conftest import run_python
+
+import torch_xla.core.xla_model as xm
+
+
+@pytest.fixture
+def device():
+    return xm.xla_device()
+
+
+def test_xla_device_signature_and_range(device):
+    assert xm.xla_device(n=None, devkind=None) == torch.device("xla:0")
+    assert xm.xla_device(0, devkind="cpu") == device
+    with pytest.raises(IndexError, match="Device index 7 out of range"):
+        xm.xla_device(7)
+
+
+def test_is_xla_tensor_and_device_names(device):
+    assert xm.is_xla_tensor(torch.ones(1, device=device))
+    assert not xm.is_xla_tensor(torch.ones(1))
+    assert xm.parse_xla_device("CPU:3") == ("CPU", 3)
+    assert xm.parse_xla_device("xla:3") is None
+    assert xm.xla_real_devices() == ["CPU:0"] == xm.xla_real_devices([device])
+    assert xm.xla_device_hw("xla:0") == "CPU"
+    assert xm.xla_replication_devices([device]) == ["CPU:0"]
+    assert xm.get_xla_supported_devices(max_devices=1) == ["xla:0"]
+
+
+def test_mark_step_signature(device):
+    t = torch.ones(2, device=device) + 1
+    xm.mark_step(wait=True, reset_scope=False)
+    assert torch.equal(t.cpu(), torch.full((2,), 2.0))
+
+
+def test_master_print_signature(device):
+    out = io.StringIO()
+    xm.master_print("a", 1, fd=out, local=True, flush=True)
+    assert out.getvalue() == "a 1\n"
+
+
+def test_unlazy_computes_the_tensors(device):
+    from torch_xla.lazy import functional
+
+    t = torch.arange(4.0, device=device) * 2
+    assert functional.unwrap(t)._node.rule is not None  # pending
+    xm.unlazy([t])
+    assert functional.unwrap(t)._node.rule is None  # device data
+    assert t.cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
+
+
+def test_send_cpu_data_to_device_moves_cpu_tensors_of_any_nesting(device):
+    (single,) = xm.send_cpu_data_to_device(torch.arange(3), device)
+    assert single.device == device and single.cpu().tolist() == [0, 1, 2]
+    data = {"a": [torch.ones(2), 5], "b": torch.zeros(1, device=device)}
+    moved = xm.send_cpu_data_to_device(data, device)
+    assert moved["a"][0].device == device and moved["a"][1] == 5
+    assert moved["b"] is data["b"]
+    with pytest.raises(NotImplementedError, match="SPMD"):
+        xm.send_cpu_data_to_device(torch.ones(1), device, input_sharding=object())
+
+
+def test_broadcast_master_param_on_one_replica_keeps_the_model(device):
+    torch.manual_seed(0)
+    eager = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    model = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+    model.load_state_dict(eager.state_dict())
+    model.to(device)
+    xm.broadcast_master_param(model)
+    for name, value in eager.state_dict().items():
+        torch.testing.assert_close(model.state_dict()[name].cpu(), value)
+
+
+def _broadcast_worker(scale: float) -> list[float]:
+    import torch
+
+    import torch_xla.core.xla_model as xm
+    import torch_xla.runtime as xr
+
+    index = xr.global_ordinal()
+    device = xm.xla_device()
+    model = torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        model.weight.fill_(index + 1.0)
+        model.bias.fill_(scale * (index + 1))
+    model.to(device)
+    xm.broadcast_master_param(model)
+    broadcast = model.weight.cpu().flatten().tolist() + model.bias.cpu().tolist()
+    mine = [torch.full((2,), index + 1.0).to(device), torch.arange(4.0).to(device)]
+    gathered = xm.all_gather_bucketized(mine, dim=0)
+    scattered = xm.reduce_scatter_bucketized(xm.REDUCE_SUM, mine, 1.0, 0, 2)
+    return broadcast, [t.cpu().tolist() for t in gathered + scattered]
+
+
+def test_broadcast_master_param_and_run_multiprocess_over_two_processes():
+    result = run_python("""
+        from torch_xla._internal import pjrt
+        from test_api_xla_model import _broadcast_worker
+        if __name__ == "__main__":
+            print(sorted(pjrt.run_multiprocess(_broadcast_worker, scale=10.0).items()))
+    """, env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "2",
+             "PYTHONPATH": ":".join(sys.path)}, timeout=300)
+    assert result.returncode == 0, result.stderr
+    master = [1.0, 1.0, 10.0]  # rank 0's weight and bias; rank 1 started with 2.0 and 20.0
+    gathered = [[1.0, 1.0, 2.0, 2.0], [0.0, 1.0, 2.0, 3.0, 0.0, 1.0, 2.0, 3.0]]
+    scattered = {0: [[3.0], [0.0, 2.0]], 1: [[3.0], [4.0, 6.0]]}
+    assert result.stdout.strip().splitlines()[-1] == str(
+        [(i, (master, gathered + scattered[i])) for i in (0, 1)])
+
+
+def test_fork_rng_restores_the_state(device):
+    xm.set_rng_state(7)
+    with xm.fork_rng():
+        torch.rand(3, device=device).cpu()
+        assert xm.get_rng_state() != 7
+    assert xm.get_rng_state() == 7
+    with xm.fork_rng(enabled=False):
+        torch.rand(3, device=device).cpu()
+    assert xm.get_rng_state() != 7
+
+
+def test_do_on_ordinals_and_xla_rendezvous_on_one_replica(device):
+    t = torch.ones(2, device=device) * 4
+    assert xm.do_on_ordinals(lambda x: x.device.type + str(x.tolist()), (t,)) == "cpu[4.0, 4.0]"
+    assert xm.do_on_ordinals(lambda: "ran", ordinals=(1,)) is None
+    assert xm.xla_rendezvous(b"hi", tag="t") == [b"hi"]
+    with pytest.raises(TypeError, match="bytes"):
+        xm.xla_rendezvous("text")
+
+
+def test_get_memory_info_says_when_the_device_reports_nothing(device):
+    with pytest.raises(RuntimeError, match="reports no memory statistics for xla:0"):
+        xm.get_memory_info(device)
+
+
+def test_get_memory_info_keys_from_runtime_statistics(device, monkeypatch):
+    from torch_xla.pjrt.client import client
+
+    class Reporting:
+        device_kind = "fake"
+
+        def memory_stats(self):
+            return {"bytes_in_use": 10, "bytes_limit": 100, "peak_bytes_in_use": 40}
+
+    monkeypatch.setattr(client(), "devices", [Reporting()])
+    monkeypatch.setattr(client(), "global_devices", client().devices)
+    assert xm.get_memory_info(device) == {"bytes_used": 10, "bytes_limit": 100,
+                                          "peak_bytes_used": 40}
+
+
+def test_get_stablehlo_of_pending_tensors(device):
+    t = torch.ones(3, device=device) * 5
+    text = xm.get_stablehlo([t])
+    assert "stablehlo.multiply" in text and "func.func public @main" in text
+    assert isinstance(xm.get_stablehlo_bytecode([t]), bytes)
+    assert t.cpu().tolist() == [5.0, 5.0, 5.0]  # inspecting runs nothing
+
+
+def test_async_closure_errors_surface_at_the_next_step(device):
+    started = threading.Event()
+
+    def fails():
+        started.set()
+        raise ValueError("closure failed")
+
+    xm.add_step_closure(fails, run_async=True)
+    xm.mark_step()
+    started.wait(5)
+    time.sleep(0.05)
+    ran = []
+    xm.add_step_closure(lambda: ran.append(1), run_async=True)
+    with pytest.raises(RuntimeError, match="previously raised exception") as caught:
+        xm.mark_step()
+    assert isinstance(caught.value.__cause__, ValueError)
+    xm.wait_device_ops()
+    assert ran == []
+    xm.add_step_closure(lambda: ran.append(2), run_async=True)  # the queue works again
+    xm.mark_step()
+    xm.wait_device_ops()
+    assert ran == [2]
+
+
+def test_check_view_sharing(device):
+    x = torch.ones(4, 4, device=device)
+    xm.check_view_sharing({"a": x, "b": x.clone(), "c": [x[0]]})  # one view alone is fine
+    xm.check_view_sharing([x, x])  # the same tensor twice is no sharing
+    with pytest.raises(RuntimeError, match=r"sharing a view with tensor torch.float32\[4\]"):
+        xm.check_view_sharing([x[0], x[1]])
+    cpu = torch.ones(3)
+    with pytest.raises(RuntimeError, match="sharing a view"):
+        xm.check_view_sharing({"w": cpu, "v": cpu[1:]})
+    xm.check_view_sharing([cpu, cpu.clone()])
+
+
+def test_async_closures_queued_behind_a_failing_one_are_dropped(device):
+    release = threading.Event()
+    ran = []
+
+    def fails_later():
+        release.wait(5)
+        raise ValueError("late failure")
+
+    xm.add_step_closure(fails_later, run_async=True)
+    xm.add_step_closure(lambda: ran.append("behind"), run_async=True)
+    xm.mark_step()
+    release.set()
+    xm.wait_device_ops()
+    assert ran == []
+    with pytest.raises(RuntimeError, match="previously raised exception"):
+        xm.add_step_closure(lambda: ran.append("next"), run_async=True)
+        xm.mark_step()
+    xm.wait_device_ops()
+    assert ran == []
+
+
+def test_bucketized_collectives_on_one_replica(device):
+    xs = [torch.ones(2, device=device), torch.arange(4.0, device=device)]
+    assert [t.cpu().tolist() for t in xm.all_gather_bucketized(xs)] == [[1.0, 1.0],
+                                                                         [0.0, 1.0, 2.0, 3.0]]
+    out = [torch.zeros(2, device=device), torch.zeros(4, device=device)]
+    result = xm.reduce_scatter_bucketized(xm.REDUCE_SUM, xs, 2.0, 0, 1, output=out)
+    assert result[0] is out[0] and out[1].cpu().tolist() == [0.0, 2.0, 4.0, 6.0]
+    with pytest.raises(RuntimeError, match="pin_layout=True"):
+        xm.all_gather_bucketized(xs, pin_layout=True)
+    with pytest.raises(ValueError, match="1 tensors for 2 inputs"):
+        xm.all_gather_bucketized(xs, output=out[:1])

@@ -1,0 +1,87 @@
+"""`torch_xla._XLAC` entry points: devices, RNG, metrics, and the text of pending graphs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import torch_xla
+import torch_xla._XLAC as xlac
+import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
+import torch_xla.runtime as xr
+
+
+@pytest.fixture
+def device():
+    return xm.xla_device()
+
+
+def test_devices(device):
+    assert xlac._xla_get_default_device() == "xla:0"
+    assert xlac._xla_get_default_device_ordinal() == xr.global_ordinal() == 0
+    assert xlac._xla_get_device_ordinal("xla:0") == 0
+    assert xlac._xla_get_device_ordinal(torch.device("xla", 2)) == 2
+    assert xlac._xla_get_devices() == xlac._xla_real_devices() == ["CPU:0"]
+    assert xlac._xla_get_all_devices() == ["CPU:0"]
+    assert xlac._xla_num_devices() == 1
+    assert (xlac._xla_get_process_index(), xlac._xla_get_num_processes()) == (0, 1)
+    assert xlac._xla_runtime_is_initialized()
+    with pytest.raises(RuntimeError, match="Invalid device 'cpu'"):
+        xlac._xla_get_device_ordinal("cpu")
+
+
+def test_rng_seed_is_the_xm_state(device):
+    xlac._xla_set_rng_seed(123, "xla:0")
+    assert xlac._xla_get_rng_seed("xla:0") == xm.get_rng_state() == 123
+    xm.set_rng_state(5)
+    assert xlac._xla_get_rng_seed() == 5
+
+
+def test_increment_counter():
+    before = met.counter_value("ApiTestCounter") or 0
+    xlac._xla_increment_counter("ApiTestCounter", 3)
+    assert met.counter_value("ApiTestCounter") == before + 3
+
+
+def test_tensors_text_shows_the_pending_ir_and_runs_nothing(device):
+    a = torch.ones(2, 3, device=device)
+    xm.mark_step()
+    b = (a + 2).sum(dim=1)
+    c = a.to(torch.bfloat16)
+    lines = xlac._get_xla_tensors_text([b, c]).split("\n")
+    assert lines[0] == "IR {" and lines[-2:] == ["}", ""]
+    assert lines[1] == "  %0 = f32[2,3] xla::device_data()"
+    assert lines[2] == "  %1 = f32[2,3] aten::add(%0)"
+    assert lines[3] == "  %2 = f32[2] aten::sum(%1), ROOT=0"
+    assert lines[4].startswith("  %3 = bf16[2,3] ") and lines[4].endswith("(%0), ROOT=1")
+    assert b.cpu().tolist() == [9.0, 9.0]
+
+
+def test_tensors_hlo_lowers_the_pending_graph(device):
+    a = torch.arange(4.0, device=device)
+    xm.mark_step()
+    b = a * 3
+    hlo = xlac._get_xla_tensors_hlo([b])
+    assert hlo.startswith("HloModule")
+    assert "multiply" in hlo and "parameter(0)" in hlo
+    assert b.cpu().tolist() == [0.0, 3.0, 6.0, 9.0]
+
+
+def test_step_marker_sync_multi_and_cache_count(device):
+    before = met.counter_value("MarkStep") or 0
+    t = torch.ones(2, device=device) * 2
+    xlac._xla_step_marker("xla:0", [], wait=True)
+    assert met.counter_value("MarkStep") == before + 1
+    u = t + 1
+    xlac._xla_sync_multi([u], devices=[], wait=True)
+    xlac._xla_wait_device_ops(devices=[])
+    assert u.cpu().tolist() == [3.0, 3.0]
+    assert xlac._xla_get_num_cached_compilation_graph() == xr.get_num_cached_compilation_graph()
+
+
+def test_runtime_checks_go_through_xlac_so_mocks_apply(monkeypatch):
+    monkeypatch.setattr(torch_xla._XLAC, "_xla_runtime_is_initialized", lambda: True)
+    monkeypatch.setenv("PJRT_DEVICE", "CPU")
+    with pytest.raises(RuntimeError, match="already started"):
+        xr.set_device_type("ELSEWHERE")
