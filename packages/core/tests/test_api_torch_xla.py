@@ -26,6 +26,8 @@ def test_import_keeps_jax_out_and_submodules_come_on_first_access():
         mods = [getattr(torch_xla, n) for n in names]
         assert [m.__name__ for m in mods] == ["torch_xla." + n for n in names]
         assert torch_xla.runtime.device_type() == "CPU"
+        assert torch_xla.core.xla_model.xla_device().type == "xla"
+        assert callable(torch_xla.core.functions.all_reduce)
         try:
             torch_xla.no_such_thing
         except AttributeError as e:

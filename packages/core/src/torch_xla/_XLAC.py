@@ -236,7 +236,7 @@ def _pending_graph(tensors: list) -> tuple[list, dict, list, list]:
     from torch_xla.lazy import functional, graph
 
     values = [functional.unwrap(t).value for t in tensors]
-    order, position, leaves, _ = graph._walk(values)
+    order, position, leaves, _ = graph.walk(values)
     return order, position, leaves, values
 
 

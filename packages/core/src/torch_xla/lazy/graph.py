@@ -77,7 +77,7 @@ def wait_device_ops() -> None:
     _in_flight.clear()
 
 
-def _walk(values: list[tuple[ir.Node, int]]):
+def walk(values: list[tuple[ir.Node, int]]):
     """Post-order of every node under `values`, their data leaves, and the sharing pattern."""
     position: dict[int, int] = {}
     order: list[ir.Node] = []
@@ -129,7 +129,7 @@ def _run(device: int, tensors: list[XLATensor], op_by_op: bool = False) -> None:
 
 def _execute(device: int, values: list[tuple[ir.Node, int]]) -> list[ir.Data]:
     """Compile (or find) the graph computing `values` and run it; its results as data."""
-    order, position, leaves, shared = _walk(values)
+    order, position, leaves, shared = walk(values)
     key = (device, tuple([(n.hash, i) for n, i in values]), tuple(shared))
     programs = compiler.cache()
     program = programs.get(key)
@@ -154,7 +154,7 @@ def _execute(device: int, values: list[tuple[ir.Node, int]]) -> list[ir.Data]:
 
 def _execute_op_by_op(device: int, values: list[tuple[ir.Node, int]]) -> list[ir.Data]:
     """`_execute`, one computation per node (GET_TENSORS_OPBYOP / SYNC_TENSORS_OPBYOP)."""
-    order, _, _, _ = _walk(values)
+    order, _, _, _ = walk(values)
     done: dict[int, list] = {}  # id(node) -> its outputs as data (None where unused)
     for node in order:
         if node.rule is None:
