@@ -7,6 +7,7 @@ Sessions (each in its own virtualenv, so every package is tested as installed):
   integration-<py>             cross-package tests: wheels, real models, every installed plugin
   lint                         ruff over the whole tree
   main                         the README's main job
+  upstream                     PyTorch/XLA's own test files; writes docs/compatibility.md
   slow                         the long runs CI leaves out: full OpInfo sweeps (pytest -m slow)
   coverage                     regenerate docs/op-coverage.md from the full OpInfo sweep
 """
@@ -121,6 +122,18 @@ def main(session: nox.Session) -> None:
     session.install("scikit-learn")  # ships the digits data set: no download
     session.run("torch-xla", "plugins")
     session.run("python", "examples/train_digits.py", *session.posargs)
+
+
+@nox.session(python="3.11")
+def upstream(session: nox.Session) -> None:
+    """PyTorch/XLA's own test files (../shared/upstream, unmodified) as its run_tests.sh runs
+    them; writes docs/compatibility.md. Joins the `tests` tag once every file outside
+    SPMD, dynamo and the profiler passes (issue 10)."""
+    install(session, "core", "plugin-cpu")
+    session.install("absl-py", "expecttest", "rich", "tensorboard")  # upstream's test deps
+    shared = os.environ.get("TORCH_XLA_UPSTREAM_TESTS", "../shared/upstream")
+    session.run("python", "integration/upstream/run_upstream.py", shared,
+                "docs/compatibility.md", *session.posargs)
 
 
 @nox.session(python="3.11")

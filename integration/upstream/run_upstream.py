@@ -1,0 +1,143 @@
+"""Run PyTorch/XLA's own test files (../shared/upstream, unmodified) as its run_tests.sh does,
+print one line per run, and write docs/compatibility.md.
+
+    python integration/upstream/run_upstream.py ../shared/upstream docs/compatibility.md
+
+Each run starts from the file's folder with PJRT_DEVICE=CPU and CPU_NUM_DEVICES=1 (4 for
+the multi-device files), and passes when it exits 0. Files that belong to features not
+built yet are expected failures, each with its reason (`EXPECTED_FAILURES`); an expected
+failure that passes is reported, so the list cannot go stale. Exit status: 0 when every
+other run passed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pathlib
+import subprocess
+import sys
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+STANDINS = HERE / "standins"  # torchvision's import names (its wheels need CUDA torch)
+
+# Files that test features of later issues: expected to fail until those land.
+EXPECTED_FAILURES = {
+    "test/spmd/": "SPMD (torch_xla.distributed.spmd) is not built yet (issue 11)",
+    "test/test_persistent_cache.py": "imports torch_xla.distributed.spmd (issue 11)",
+    "test/dynamo/": "torch.compile(backend='openxla') is not built yet (issue 12)",
+    "test/pjrt/test_profiler.py": "torch_xla.debug.profiler is not built yet (issue 12)",
+    "test/test_profiler_session.py": "torch_xla.debug.profiler is not built yet (issue 12)",
+}
+
+# Files upstream's multi-device runs start with four CPU devices.
+MULTI_DEVICE = ("test/test_mp_", "test/torch_distributed/", "test/pjrt/test_ddp.py",
+                "test/test_torch_distributed_xla_backend.py")
+
+MNIST = "test/test_train_mp_mnist.py"
+MNIST_RUNS = [  # (arguments, CPU_NUM_DEVICES)
+    (["--fake_data", "--num_epochs", "1"], "1"),
+    (["--fake_data", "--num_epochs", "1"], "4"),
+    (["--fake_data", "--num_epochs", "1", "--ddp"], "4"),
+    (["--fake_data", "--num_epochs", "1", "--pjrt_distributed"], "4"),
+]
+TIMEOUT = 1200  # seconds per run
+
+
+@dataclasses.dataclass
+class Run:
+    file: str
+    args: list[str]
+    devices: str
+    expected_failure: str | None
+    result: str = ""
+    reason: str = ""
+    seconds: float = 0.0
+
+    @property
+    def name(self) -> str:
+        extra = " ".join(self.args)
+        return f"{self.file}{' ' + extra if extra else ''} (CPU_NUM_DEVICES={self.devices})"
+
+
+def runs(listed: list[str]) -> list[Run]:
+    out = []
+    for file in listed:
+        expected = next((why for prefix, why in EXPECTED_FAILURES.items()
+                         if file.startswith(prefix)), None)
+        if file == MNIST:
+            out += [Run(file, args, devices, expected) for args, devices in MNIST_RUNS]
+        else:
+            devices = "4" if file.startswith(MULTI_DEVICE) else "1"
+            out.append(Run(file, [], devices, expected))
+    return out
+
+
+def _last_error(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    errors = [line for line in lines if "Error" in line or "FAILED" in line or "failed" in line]
+    return (errors or lines or ["no output"])[-1][:200]
+
+
+def execute(run: Run, root: pathlib.Path) -> None:
+    path = root / run.file
+    env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": run.devices,
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(STANDINS),
+                                                       os.environ.get("PYTHONPATH")]))}
+    start = time.perf_counter()
+    try:
+        done = subprocess.run([sys.executable, path.name, *run.args], cwd=path.parent, env=env,
+                              capture_output=True, text=True, timeout=TIMEOUT)
+        passed, output = done.returncode == 0, done.stdout + done.stderr
+        failure = f"exit {done.returncode}: {_last_error(output)}"
+    except subprocess.TimeoutExpired:
+        passed, failure = False, f"no result within {TIMEOUT} s"
+    run.seconds = time.perf_counter() - start
+    if run.expected_failure:
+        run.result = "unexpected pass" if passed else "expected failure"
+        run.reason = run.expected_failure if not passed else "remove it from EXPECTED_FAILURES"
+    else:
+        run.result, run.reason = ("pass", "") if passed else ("FAIL", failure)
+
+
+def report(all_runs: list[Run], source: str) -> str:
+    passed = sum(r.result == "pass" for r in all_runs)
+    failed = sum(r.result in ("FAIL", "unexpected pass") for r in all_runs)
+    lines = [
+        "# Compatibility with PyTorch/XLA's own tests",
+        "",
+        "Written by `nox -s upstream` (`integration/upstream/run_upstream.py`): each file of",
+        f"`{source}` (PyTorch/XLA's tests, unmodified) run as its `test/run_tests.sh` runs it,",
+        "from its folder with `PJRT_DEVICE=CPU`. A run passes when it exits 0.",
+        "",
+        f"{passed} passed, {failed} failed, "
+        f"{sum(r.result == 'expected failure' for r in all_runs)} expected failures.",
+        "",
+        "| file | result | seconds | reason |",
+        "|---|---|---|---|",
+    ]
+    for r in all_runs:
+        reason = r.reason.replace("|", "\\|")
+        lines.append(f"| `{r.name}` | {r.result} | {r.seconds:.0f} | {reason} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str]) -> int:
+    root = pathlib.Path(argv[1]).resolve()
+    listed = [line.strip() for line in (root / "list.txt").read_text().splitlines()
+              if line.strip() and not line.startswith("#")]
+    only = argv[3:]  # optional: run only files containing one of these strings
+    all_runs = [r for r in runs(listed) if not only or any(o in r.file for o in only)]
+    for run in all_runs:
+        execute(run, root)
+        print(f"{run.result:17} {run.seconds:6.0f} s  {run.name}  {run.reason}", flush=True)
+    if not only:
+        pathlib.Path(argv[2]).write_text(report(all_runs, argv[1]))
+    bad = [r for r in all_runs if r.result in ("FAIL", "unexpected pass")]
+    print(f"upstream: {sum(r.result == 'pass' for r in all_runs)} passed, {len(bad)} failed")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
