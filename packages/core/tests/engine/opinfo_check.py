@@ -1,126 +1,35 @@
 """Run one OpInfo entry through the xla device and compare with eager CPU.
 
 Shared by `test_opinfo.py` (a CI-sized subset, and the full sweep behind `-m slow`) and
-`python opinfo_check.py` which writes docs/op-coverage.md.
+`python opinfo_check.py` which writes docs/op-coverage.md. What to expect of each entry,
+and why, is in `../opinfo_expectations.py`, which the lowering sweep reads too.
 """
 
 from __future__ import annotations
 
 import collections
 import dataclasses
+import json
+import os
+import subprocess
 import sys
+import tempfile
 
-import torch
-from torch.testing._internal.common_methods_invocations import op_db
-from torch.utils import _pytree as pytree
+# The shared expectations live one folder up; a script run (or a subprocess that imports
+# this file from its folder) does not have that folder on sys.path.
+_TESTS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if _TESTS not in sys.path:
+    sys.path.insert(0, _TESTS)
 
-import torch_xla
-import torch_xla.debug.metrics as met
+import opinfo_expectations as expectations  # noqa: E402
+import torch  # noqa: E402
+from torch.testing._internal.common_methods_invocations import op_db  # noqa: E402
+from torch.utils import _pytree as pytree  # noqa: E402
 
-# XLA fuses and reassociates float math and uses its own transcendental functions.
-TOLERANCE = {torch.float32: {"rtol": 1e-4, "atol": 1e-4}}
+import torch_xla  # noqa: E402
+import torch_xla.debug.metrics as met  # noqa: E402
+
 SAMPLES_PER_OP = 3
-
-# Ops whose values are random: compared by shape and dtype only (reason: random numbers
-# come from XLA's generator, not torch's CPU generator).
-RANDOM = frozenset(
-    {
-        "bernoulli",
-        "normal",
-        "normal.number_mean",
-        "rand_like",
-        "randint_like",
-        "randn_like",
-        "randint",
-        "randn",
-        "rand",
-        "nn.functional.dropout",
-        "nn.functional.dropout2d",
-        "nn.functional.dropout3d",
-        "nn.functional.alpha_dropout",
-        "nn.functional.feature_alpha_dropout",
-        "multinomial",
-        "uniform",
-        "cauchy",
-        "exponential",
-        "geometric",
-        "log_normal",
-        "nn.functional.rrelu",
-        "randperm",
-        "empty",
-        "empty_like",
-        "new_empty",
-        "empty_strided",
-        "new_empty_strided",
-        "empty_permuted",
-        "torch.empty",
-    }
-)
-
-
-# Why an entry is not native (shown in docs/op-coverage.md next to the error or the
-# fallback ops): data only, never consulted when checking.
-_DATA_DEPENDENT = "the output shape depends on the values (no static shape under jit)"
-_CHECK_ERRORS = (
-    "`_linalg_check_errors` returns nothing: the engine runs ops without outputs on the "
-    "CPU, which raises torch's errors for singular inputs"
-)
-_NO_META = "torch has no meta kernel for it (the engine needs the output shape to record)"
-_RNG = "random values come from XLA's generator, not torch's CPU one"
-WHY_NOT_NATIVE: dict[str, str] = {
-    "allclose": "returns a Python bool (a host sync), not a tensor",
-    "combinations": "torch builds it with masked_select: " + _DATA_DEPENDENT,
-    "masked_select": _DATA_DEPENDENT,
-    "nonzero": _DATA_DEPENDENT,
-    "argwhere": _DATA_DEPENDENT,
-    "unique": _DATA_DEPENDENT,
-    "unique_consecutive": _DATA_DEPENDENT,
-    "bincount": _DATA_DEPENDENT,
-    "index_fill": "the backward of a tensor fill value calls _unique: " + _DATA_DEPENDENT,
-    "index_put": "the backward of a boolean-mask index_put indexes by the mask: "
-    + _DATA_DEPENDENT,
-    "sparse.sampled_addmm": "sparse layouts are not supported on XLA",
-    "sparse.mm.reduce": "sparse layouts are not supported on XLA",
-    "to_sparse": "sparse layouts are not supported on XLA",
-    "resize_": "storage resize has no functional meaning on XLA",
-    "chalf": "complex32 has no XLA type",
-    "geqrf": _NO_META + "; jax has no public geqrf",
-    "linalg.lstsq": _NO_META,
-    "linalg.lstsq.grad_oriented": _NO_META,
-    "nn.functional.ctc_loss": "_ctc_loss_backward: " + _NO_META,
-    "linalg.ldl_factor": "no LDL factorization in jax; " + _CHECK_ERRORS,
-    "linalg.ldl_factor_ex": "no LDL factorization in jax",
-    "linalg.ldl_solve": "no LDL factorization in jax",
-    "linalg.cholesky": _CHECK_ERRORS,
-    "linalg.eig": _CHECK_ERRORS,
-    "linalg.eigvals": _CHECK_ERRORS,
-    "linalg.inv": _CHECK_ERRORS,
-    "linalg.lu_factor": _CHECK_ERRORS,
-    "linalg.solve": _CHECK_ERRORS,
-    "linalg.tensorinv": _CHECK_ERRORS,
-    "linalg.tensorsolve": _CHECK_ERRORS,
-    "linalg.eigh": "eigenvectors are unique only up to sign; jax's LAPACK picks other signs",
-    "matrix_exp": "float32 rounding grows with each squaring: on these samples torch's own "
-    "float32 result is 2e-3 off float64 (ours 5e-4), beyond the 1e-4 tolerance",
-    "topk": "torch's CPU topk orders tied values by libstdc++'s nth_element; ours by index",
-    "sort": "torch's unstable CPU sort orders tied values by libstdc++'s introsort; ours is "
-    "stable",
-    "argsort": "as sort: torch's unstable CPU sort orders ties by libstdc++'s introsort",
-    "tensor_split": "the sample's index tensor must stay on the CPU (torch requires it); "
-    "this check moves every tensor to the device",
-    "as_strided.partial_views": "the input is a view into a larger storage; "
-    "functionalization replays as_strided on the base",
-    "native_batch_norm": "in eval mode torch's CPU kernel returns empty save_mean/invstd, "
-    "its meta kernel (C,) ones; the engine follows the meta kernel (the values are unused)",
-    "_native_batch_norm_legit": "as native_batch_norm: eval-mode statistics' shape",
-    "nn.functional.scaled_dot_product_attention": _RNG + " (the samples with dropout_p > 0)",
-    "nn.functional.multi_head_attention_forward": _RNG + " (the samples with dropout_p > 0)",
-    "nn.functional.fractional_max_pool2d": "not lowered; its pooling regions are random",
-    "nn.functional.fractional_max_pool3d": "its pooling regions are random: " + _RNG,
-    "svd_lowrank": "U and V are unique only up to signs, which the random projection "
-    "decides: " + _RNG,
-    "pca_lowrank": "as svd_lowrank: signs decided by a random projection",
-}
 
 
 @dataclasses.dataclass
@@ -149,6 +58,13 @@ def _to_device(tree, device):
     return pytree.tree_map(move, tree)
 
 
+def _tolerance(dtype) -> dict[str, float]:
+    if dtype not in expectations.ENGINE_TOLERANCE:
+        return {}
+    rtol, atol = expectations.ENGINE_TOLERANCE[dtype]
+    return {"rtol": rtol, "atol": atol}
+
+
 def _compare(actual, expected, dtype, random: bool) -> None:
     flat_a, flat_e = pytree.tree_leaves(actual), pytree.tree_leaves(expected)
     if len(flat_a) != len(flat_e):
@@ -164,11 +80,9 @@ def _compare(actual, expected, dtype, random: bool) -> None:
                     e.dtype,
                 )
             else:
-                torch.testing.assert_close(
-                    a, e.detach(), equal_nan=True, **TOLERANCE.get(dtype, {})
-                )
+                torch.testing.assert_close(a, e.detach(), equal_nan=True, **_tolerance(dtype))
         elif isinstance(e, float):
-            torch.testing.assert_close(a, e, equal_nan=True, **TOLERANCE.get(dtype, {}))
+            torch.testing.assert_close(a, e, equal_nan=True, **_tolerance(dtype))
         else:
             assert a == e, (a, e)
 
@@ -184,8 +98,9 @@ def _grads(out, inputs):
 def check(name: str, op, dtype: torch.dtype, device, backward: bool = True) -> Result:
     if dtype not in op.supported_dtypes("cpu"):
         return Result(name, dtype, "unsupported")
-    random = name in RANDOM or op.name in RANDOM
+    random = name in expectations.RANDOM_ENTRIES or op.name in expectations.RANDOM_ENTRIES
     grad = backward and dtype == torch.float32 and op.supports_autograd and not random
+    torch.manual_seed(0)  # the same samples whatever ran before: expectations are strict
     try:
         samples = list(op.sample_inputs("cpu", dtype, requires_grad=grad))[:SAMPLES_PER_OP]
     except Exception as error:
@@ -244,8 +159,6 @@ def check(name: str, op, dtype: torch.dtype, device, backward: bool = True) -> R
 def _worker(first: int, out_path: str, dtypes) -> None:
     """Check entries from index `first` on, appending one JSON line per result (and a
     `start` line before each entry, so a crash can be attributed)."""
-    import json
-
     device = torch_xla.device()
     all_entries = list(entries())
     with open(out_path, "a") as out:
@@ -262,11 +175,6 @@ def _worker(first: int, out_path: str, dtypes) -> None:
 
 def _sweep(dtypes) -> list[Result]:
     """Every entry, in worker processes restarted after a crash (the entry is `failing`)."""
-    import json
-    import os
-    import subprocess
-    import tempfile
-
     results: list[Result] = []
     total = len(list(entries()))
     first = 0
@@ -275,11 +183,12 @@ def _sweep(dtypes) -> list[Result]:
         with tempfile.NamedTemporaryFile("r", suffix=".jsonl", delete=False) as f:
             path = f.name
         code = (
-            f"import opinfo_check as o, torch; o._worker({first}, {path!r}, [{', '.join(names)}])"
+            "import torch; from engine import opinfo_check as o; "
+            f"o._worker({first}, {path!r}, [{', '.join(names)}])"
         )
         subprocess.run(
             [sys.executable, "-c", code],
-            cwd=os.path.dirname(__file__) or ".",
+            cwd=_TESTS,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             check=False,
@@ -306,35 +215,45 @@ def _sweep(dtypes) -> list[Result]:
     return results
 
 
+_EXPECTED_BY_STATUS = {
+    "fallback": expectations.ENGINE_FALLBACKS,
+    "failing": expectations.ENGINE_FAILURES,
+}
+
+
 def write_report(path: str, dtypes=(torch.float32, torch.int64, torch.bool)) -> None:
     """Run every OpInfo entry and write the coverage table to `path`."""
     results = _sweep(dtypes)
     by_status = collections.Counter(r.status for r in results)
     tested = [r for r in results if r.status != "unsupported"]
     native = by_status["native"] / max(1, len(tested))
+    rtol, atol = expectations.ENGINE_TOLERANCE[torch.float32]
     lines = [
         "# Op coverage through the xla device",
         "",
         "Generated by `python packages/core/tests/engine/opinfo_check.py docs/op-coverage.md`:",
         "every entry of PyTorch's OpInfo database (`op_db`), float32 / int64 / bool samples",
         f"(at most {SAMPLES_PER_OP} per op), forward and, for differentiable float32 ops,",
-        "backward, run on the xla device and compared with eager CPU (float32 rtol=atol=1e-4).",
+        f"backward, run on the xla device and compared with eager CPU (float32 rtol={rtol},",
+        f"atol={atol}). Samples are drawn after `torch.manual_seed(0)`.",
         "",
         f"- (op, dtype) pairs eager CPU supports: {len(tested)}",
         f"- native (lowered, matches eager): {by_status['native']} ({native:.1%})",
         f"- CPU fallback (matches eager, runs `aten::` ops on the host): {by_status['fallback']}",
         f"- failing: {by_status['failing']}",
         "",
-        "Rows that are not native say why (`WHY_NOT_NATIVE` in opinfo_check.py), then, in",
-        "parentheses, the error or the `aten::` ops that ran on the host.",
+        "Rows that are not native say why (`ENGINE_FALLBACKS` / `ENGINE_FAILURES` in",
+        "packages/core/tests/opinfo_expectations.py, which `pytest -m slow` holds the sweep",
+        "to), then, in parentheses, the error or the `aten::` ops that ran on the host.",
         "",
         "| op | dtype | status | detail |",
         "|---|---|---|---|",
     ]
     for r in tested:
         detail = r.reason
-        if r.status != "native" and r.name in WHY_NOT_NATIVE:
-            detail = f"{WHY_NOT_NATIVE[r.name]} ({detail})"
+        why = expectations.expected(_EXPECTED_BY_STATUS.get(r.status, {}), r.name, r.dtype)
+        if why is not None:
+            detail = f"{why[1]} ({detail})"
         detail = detail.replace("|", "\\|").replace("\n", " ")
         lines.append(f"| {r.name} | {str(r.dtype).replace('torch.', '')} | {r.status} | {detail} |")
     with open(path, "w") as f:

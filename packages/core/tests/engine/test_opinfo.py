@@ -1,12 +1,15 @@
 """OpInfo conformance through the xla device (eager CPU is the oracle).
 
-A fixed representative subset runs in CI; the whole op_db runs with `-m slow`.
+A fixed representative subset runs in CI; the whole op_db runs with `-m slow`. Every
+entry must be native unless `opinfo_expectations.py` lists it as a fallback or a failure
+(with the reason); listed entries must still fall back or fail.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
+from opinfo_expectations import ENGINE_FAILURES, ENGINE_FALLBACKS, SKIPPED_ENTRIES, expected
 
 from .opinfo_check import check, entries
 
@@ -84,38 +87,46 @@ CI_OPS = [
 ]
 DTYPES = [torch.float32, torch.int64, torch.bool]
 
-# Known lowering bugs in the CI subset (reported to the lowering owner). Not strict: the
-# lowerings are being fixed in parallel, and a fixed entry shows up as XPASS to prune.
-KNOWN_FAILURES = {
-    ("topk", torch.int64): "indices of tied values differ from eager's order",
-    ("sort", torch.bool): "indices of tied values differ from eager's stable order",
-}
-
 
 def _params(names):
     params = []
     for name, op in entries(names):
         supported = op.supported_dtypes("cpu")
         for dtype in (d for d in DTYPES if d in supported):  # eager's own dtypes only
-            known = KNOWN_FAILURES.get((name, dtype))
-            marks = pytest.mark.xfail(reason=known, strict=False) if known else ()
             ident = f"{name}-{str(dtype).replace('torch.', '')}"
-            params.append(pytest.param(name, op, dtype, id=ident, marks=marks))
+            params.append(pytest.param(name, op, dtype, id=ident))
     return params
 
 
 def _run(device, name, op, dtype):
+    """Check one entry and hold it to its expectation: native unless listed."""
+    if name in SKIPPED_ENTRIES:
+        pytest.skip(SKIPPED_ENTRIES[name])
     result = check(name, op, dtype, device)
     if result.status == "unsupported":
         pytest.skip(f"eager CPU does not support {name} for {dtype}: {result.reason}")
-    assert result.status != "failing", f"{name} {dtype}: {result.reason}"
-    return result
+    failure = expected(ENGINE_FAILURES, name, dtype)
+    fallback = expected(ENGINE_FALLBACKS, name, dtype)
+    where = f"{name} ({str(dtype).replace('torch.', '')})"
+    if failure is not None:
+        if result.status == "failing":
+            pytest.xfail(f"{failure[1]} ({result.reason})")
+        pytest.fail(f"{where} is {result.status} now: remove {failure[0]} from ENGINE_FAILURES "
+                    "in opinfo_expectations.py (strict expected failure)")
+    assert result.status != "failing", f"{where}: {result.reason}"
+    if fallback is not None:
+        assert result.status == "fallback", (
+            f"{where} is native now: remove {fallback[0]} from ENGINE_FALLBACKS in "
+            "opinfo_expectations.py")
+    else:
+        assert result.status == "native", (
+            f"{where} ran {result.reason} on the CPU: lower them, or list the entry in "
+            "ENGINE_FALLBACKS in opinfo_expectations.py with the reason")
 
 
 @pytest.mark.parametrize("name, op, dtype", _params(CI_OPS))
 def test_representative_ops_match_eager(device, name, op, dtype):
-    result = _run(device, name, op, dtype)
-    assert result.status == "native", f"{name} {dtype} fell back to the CPU: {result.reason}"
+    _run(device, name, op, dtype)
 
 
 @pytest.mark.slow

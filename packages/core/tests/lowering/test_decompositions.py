@@ -2,10 +2,9 @@
 
 import pytest
 import torch
+from opinfo_expectations import NOT_LOWERED
 
 import torch_xla.lowering as lowering
-
-from .expectations import NOT_LOWERED
 
 aten = torch.ops.aten
 
@@ -13,7 +12,6 @@ aten = torch.ops.aten
 CORE_NOT_LOWERED = {
     "aten.nonzero.default": NOT_LOWERED["aten.nonzero.default"],
     "aten.resize_.default": NOT_LOWERED["aten.resize_.default"],
-    "aten.atan2.out": "an out= variant: functionalization never sends it",
 }
 
 

@@ -1,21 +1,22 @@
 """OpInfo-driven tests: every ATen op an OpInfo sample dispatches must be lowered (or
 decomposed into lowered ops) and must match torch eager on the same inputs.
 
-The CI selection (`CI_ENTRIES`, float32, a few samples each) runs by default; the full
+The CI selection (`CI_ENTRIES`, one dtype, a few samples each) runs by default; the full
 sweep over every OpInfo entry and several dtypes is marked `slow` (`pytest -m slow`).
+What is expected not to pass, and why, is in `../opinfo_expectations.py` (shared with
+the engine sweep); an expected failure that passes fails its test.
 """
 
 from __future__ import annotations
 
 import os
 
+import expecttest  # noqa: F401  (torch's OpInfo database needs it: a missing one must fail)
 import pytest
 import torch
+from opinfo_expectations import LOWERING_FAILURES, NOT_LOWERED, SKIPPED_ENTRIES, expected
 
-pytest.importorskip("expecttest", reason="torch's OpInfo database needs expecttest")
-
-from .expectations import KNOWN_FAILURES, NOT_LOWERED, SKIPPED_ENTRIES, known_failure  # noqa: E402
-from .sweep import SWEEP_DTYPES, op_db, opinfo_name, run_entry  # noqa: E402
+from .sweep import SWEEP_DTYPES, op_db, opinfo_name, run_entry
 
 SAMPLES_CI = 4
 # Samples per (entry, dtype) in the slow sweep; TORCH_XLA_OPINFO_SAMPLES=0 runs them all.
@@ -47,47 +48,60 @@ CI_ENTRIES: dict[str, list[str]] = {
         "argmin", "max.reduction_with_dim", "min.reduction_with_dim", "max.reduction_no_dim",
         "prod", "any", "all", "cumsum", "cumprod", "cummax", "logsumexp", "sort", "topk",
         "argsort", "kthvalue", "median", "norm", "linalg.vector_norm", "count_nonzero",
-        "logcumsumexp", "aminmax", "nansum", "mode",
+        "logcumsumexp", "aminmax", "nansum", "mode", "nn.functional.cosine_similarity",
+        "nn.functional.normalize",
     ],
     "shape": [
         "view", "reshape", "t", "transpose", "permute", "expand", "squeeze", "unsqueeze",
         "flatten", "unflatten", "narrow", "select", "diagonal", "as_strided", "unfold",
         "split", "split_with_sizes", "chunk", "unbind", "cat", "stack", "hstack", "flip",
         "roll", "repeat", "tile", "tril", "triu", "select_scatter", "slice_scatter",
-        "diagonal_scatter", "movedim", "constant_pad_nd", "clone", "contiguous",
-        "view_as_real", "view_as_complex", "repeat_interleave",
+        "diagonal_scatter", "movedim", "clone", "contiguous",
+        "view_as_real", "view_as_complex", "repeat_interleave", "nn.functional.pixel_shuffle",
     ],
     "indexing": [
         "index_select", "gather", "scatter", "scatter_add", "scatter_reduce.sum",
         "scatter_reduce.amax", "scatter_reduce.mean", "index_put", "index_add", "index_copy",
         "index_fill", "masked_fill", "masked_scatter", "take", "take_along_dim",
-        "__getitem__", "nn.functional.embedding", "searchsorted", "bucketize",
+        "__getitem__", "searchsorted", "bucketize",
     ],
-    "nn": [
+    "conv": [
         "nn.functional.conv1d", "nn.functional.conv2d", "nn.functional.conv_transpose2d",
+        "nn.functional.unfold",
+    ],
+    "norm": [
         "nn.functional.batch_norm", "nn.functional.layer_norm", "nn.functional.group_norm",
-        "nn.functional.instance_norm", "softmax", "log_softmax", "nn.functional.softmin",
+        "nn.functional.instance_norm",
+    ],
+    "softmax": ["softmax", "log_softmax", "nn.functional.softmin"],
+    "losses": [
         "nn.functional.cross_entropy", "nn.functional.nll_loss", "nn.functional.mse_loss",
         "nn.functional.l1_loss", "nn.functional.smooth_l1_loss", "nn.functional.huber_loss",
         "nn.functional.binary_cross_entropy",
-        "nn.functional.binary_cross_entropy_with_logits", "nn.functional.max_pool2d",
-        "nn.functional.max_pool1d", "nn.functional.avg_pool2d", "nn.functional.avg_pool1d",
-        "nn.functional.adaptive_avg_pool2d", "nn.functional.adaptive_avg_pool1d",
-        "nn.functional.adaptive_max_pool2d", "nn.functional.pad.constant",
-        "nn.functional.pad.reflect", "nn.functional.pad.replicate",
-        "nn.functional.pad.circular", "nn.functional.interpolate.nearest",
-        "nn.functional.interpolate.bilinear", "nn.functional.upsample_nearest",
-        "nn.functional.linear", "nn.functional.embedding_bag", "nn.functional.unfold",
-        "nn.functional.bilinear", "nn.functional.interpolate.trilinear",
-        "nn.functional.interpolate.area", "nn.functional.grid_sample", "cdist",
-        "nn.functional.pdist",
-        "nn.functional.cosine_similarity", "nn.functional.normalize",
-        "nn.functional.pixel_shuffle",
+        "nn.functional.binary_cross_entropy_with_logits",
     ],
+    "pooling": [
+        "nn.functional.max_pool2d", "nn.functional.max_pool1d", "nn.functional.avg_pool2d",
+        "nn.functional.avg_pool1d", "nn.functional.adaptive_avg_pool2d",
+        "nn.functional.adaptive_avg_pool1d", "nn.functional.adaptive_max_pool2d",
+        "nn.functional.interpolate.area",
+    ],
+    "padding": [
+        "constant_pad_nd", "nn.functional.pad.constant", "nn.functional.pad.reflect",
+        "nn.functional.pad.replicate", "nn.functional.pad.circular",
+    ],
+    "resampling": [
+        "nn.functional.interpolate.nearest", "nn.functional.interpolate.bilinear",
+        "nn.functional.upsample_nearest", "nn.functional.interpolate.trilinear",
+        "nn.functional.grid_sample",
+    ],
+    "distances": ["cdist", "nn.functional.pdist"],
+    "embedding": ["nn.functional.embedding", "nn.functional.embedding_bag"],
     "linalg": [
         "mm", "bmm", "addmm", "baddbmm", "addbmm", "addmv", "mv", "dot", "matmul", "outer",
-        "einsum", "linalg.det", "linalg.inv", "linalg.solve", "linalg.cholesky", "trace",
-        "linalg.qr", "linalg.svd", "linalg.eigh", "addr", "linalg.cross", "diag_embed",
+        "einsum", "nn.functional.linear", "nn.functional.bilinear", "linalg.det", "linalg.inv",
+        "linalg.solve", "linalg.cholesky", "trace", "linalg.qr", "linalg.svd", "linalg.eigh",
+        "addr", "linalg.cross", "diag_embed",
     ],
     "factories": [
         "arange", "linspace", "logspace", "full", "zeros", "ones", "eye", "full_like",
@@ -118,21 +132,21 @@ def _check(info, dtype: torch.dtype, samples: int | None) -> None:
     name = opinfo_name(info)
     if name in SKIPPED_ENTRIES:
         pytest.skip(SKIPPED_ENTRIES[name])
-    dtype_name = str(dtype).replace("torch.", "")
-    reason = known_failure(name, dtype_name)
+    where = f"{name} ({str(dtype).replace('torch.', '')})"
     result = run_entry(info, dtype, samples)
     if result.error:
-        pytest.skip(f"{name}: {result.error}")
+        pytest.skip(f"{where}: {result.error}")
     problems = [o for o in result.outcomes if o.status == "failing" or (
         o.status == "missing" and o.op not in NOT_LOWERED)]
-    if reason is not None:
+    failure = expected(LOWERING_FAILURES, name, dtype)
+    if failure is not None:
         if problems:
-            pytest.xfail(reason)
-        if (name, dtype_name) in KNOWN_FAILURES:  # exact entries are strict, "*" ones not
-            pytest.fail(f"{name} ({dtype_name}) passes now: remove it from KNOWN_FAILURES")
+            pytest.xfail(failure[1])
+        pytest.fail(f"{where} passes now: remove {failure[0]} from LOWERING_FAILURES in "
+                    "opinfo_expectations.py (strict expected failure)")
     if problems:
         lines = sorted({f"{o.op}: {o.status}: {o.detail[:400]}" for o in problems})
-        pytest.fail(f"{name} ({dtype_name}):\n" + "\n".join(lines[:10]))
+        pytest.fail(f"{where}:\n" + "\n".join(lines[:10]))
 
 
 @pytest.mark.parametrize("module,name", _CI, ids=[f"{m}:{n}" for m, n in _CI])

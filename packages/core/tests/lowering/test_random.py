@@ -171,3 +171,16 @@ def test_every_random_op_functionalization_emits_is_lowered():
         "bernoulli", "uniform", "normal", "normal_functional", "exponential", "cauchy",
         "log_normal", "geometric", "multinomial", "random", "rrelu_with_noise"}}
     assert random_ops and all(lowering.lookup(t).needs_rng for t in random_ops)
+
+
+def test_uniform_complex_fills_both_parts():
+    x = run(aten.uniform.default, torch.empty(N, dtype=torch.complex64), 2.0, 3.0)
+    assert x.dtype == np.complex64
+    for part in (x.real, x.imag):
+        assert part.min() >= 2 and part.max() < 3 and abs(part.mean() - 2.5) < 0.01
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_geometric_samples_in_32_bits(dtype):
+    x = run(aten.geometric.default, torch.empty(N, dtype=dtype), 0.25)  # traced: no float64
+    assert x.min() >= 1 and abs(x.astype(np.float32).mean() - 4) < 0.15

@@ -11,7 +11,7 @@ import inspect
 import pytest
 
 import torch_xla.lowering as lowering
-from torch_xla.lowering.registry import registered
+from torch_xla.lowering.registry import is_out_variant, registered
 
 
 def _problems(op, entry) -> list[str]:
@@ -57,4 +57,10 @@ def test_signature_matches_schema(op, entry):
 
 
 def test_package_exports():
-    assert lowering.lookup(lowering.core_aten_ops()[0]) is None or True
+    assert not [name for name in lowering.__all__ if not hasattr(lowering, name)]
+    core = lowering.core_aten_ops()
+    entry = lowering.lookup(core[0])
+    assert isinstance(entry, lowering.Lowering) and core[0] in entry.overloads, (core[0], entry)
+    assert dict(lowering.registered())[core[0]] is entry
+    # Core ATen as the engine sees it: functionalization never sends out= variants.
+    assert not [str(op) for op in core if is_out_variant(op)]

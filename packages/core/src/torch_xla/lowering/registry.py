@@ -56,7 +56,7 @@ class DataDependentShapeError(NotImplementedError):
 _TABLE: dict[OpOverload, Lowering] = {}
 
 
-def _is_out_variant(op: OpOverload) -> bool:
+def is_out_variant(op: OpOverload) -> bool:
     return any(a.kwarg_only and a.is_out for a in op._schema.arguments)
 
 
@@ -70,7 +70,7 @@ def expand(op: OpLike) -> list[OpOverload]:
         return [op]
     if isinstance(op, OpOverloadPacket):
         overloads = [getattr(op, name) for name in op.overloads()]
-        return [o for o in overloads if not _is_out_variant(o)]
+        return [o for o in overloads if not is_out_variant(o)]
     raise TypeError(
         f"register() takes torch OpOverload or OpOverloadPacket objects, got {op!r} "
         f"of type {type(op).__name__}; write e.g. torch.ops.aten.add.Tensor"
@@ -144,5 +144,6 @@ def aten_overloads() -> Iterator[OpOverload]:
 
 
 def core_aten_ops() -> list[OpOverload]:
-    """Every overload torch tags as Core ATen (`torch.Tag.core`)."""
-    return [op for op in aten_overloads() if torch.Tag.core in op.tags]
+    """Every functional overload torch tags as Core ATen (`torch.Tag.core`); out= variants
+    are left out, as in `expand`: functionalization never lets them reach the engine."""
+    return [op for op in aten_overloads() if torch.Tag.core in op.tags and not is_out_variant(op)]

@@ -5,12 +5,15 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 import torch
+from jax import lax
 
 from torch_xla.lowering import dtypes
 
 aten = torch.ops.aten
 
 HALF_TYPES = (np.dtype(jnp.bfloat16), np.dtype(np.float16))
+# Matmuls and convolutions at full float32 precision, as torch computes them on the CPU.
+HIGHEST = lax.Precision.HIGHEST
 
 
 def canon_dim(dim: int, ndim: int) -> int:

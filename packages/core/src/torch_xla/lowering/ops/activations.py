@@ -10,6 +10,7 @@ import numpy as np
 from jax.scipy import special as jsp
 
 from torch_xla.lowering.ops._common import aten, canon_dim, upcast
+from torch_xla.lowering.ops.elementwise import add
 from torch_xla.lowering.registry import register
 
 
@@ -272,8 +273,6 @@ def softshrink_backward(grad, x, lambd):
 
 @register(aten._add_relu.Tensor, aten._add_relu.Scalar)
 def add_relu(x, other, alpha=1):
-    from torch_xla.lowering.ops.elementwise import add
-
     return relu(add(x, other, alpha))
 
 

@@ -112,13 +112,33 @@ def _arange_dtype(*values) -> np.dtype:
 def arange(*args, dtype=None, layout=None, device=None, pin_memory=None):
     start, end, step = (0, args[0], 1) if len(args) == 1 else (*args, 1)[:3]
     out = jax_dtype(dtype, _arange_dtype(start, end, step))
-    count = max(math.ceil((end - start) / step), 0)
-    # torch computes start + i * step in double (or int64) and rounds each element once.
-    wide = np.int64 if dtypes.is_integral(out) and all(
-        isinstance(v, int) for v in (start, end, step)) else np.float64
-    values = start + np.arange(count, dtype=wide) * step
+    if dtypes.is_integral(out):
+        values = _integer_arange(start, end, step, out)
+    else:
+        # torch computes start + i * step in double and rounds each element once.
+        count = max(math.ceil((end - start) / step), 0)
+        values = start + np.arange(count, dtype=np.float64) * step
     # Computed at trace time: the graph holds a constant of the result dtype.
     return jnp.asarray(values.astype(out))
+
+
+def _integer_arange(start, end, step, out) -> np.ndarray:
+    """torch's integer arange: start and step truncated to int64, then stepped exactly.
+    int64 takes its length from the truncated bounds too, narrower types from the given
+    ones (torch's `compute_arange_size`): arange(0.5, 5.7, 1.5) is [0, 1, 2, 3, 4] in
+    int64 and [0, 1, 2, 3] in int32."""
+    first, last, stride = int(start), int(end), int(step)  # int() truncates, as C++ does
+    if np.dtype(out) == np.int64:
+        sign = (stride > 0) - (stride < 0)
+        count = _truncating_div(last - first + stride - sign, stride)
+    else:
+        count = math.ceil((end - start) / step)
+    return first + np.arange(max(count, 0), dtype=np.int64) * stride
+
+
+def _truncating_div(a: int, b: int) -> int:
+    quotient = abs(a) // abs(b)
+    return quotient if (a >= 0) == (b > 0) else -quotient
 
 
 @register(aten.linspace.default)

@@ -1,4 +1,4 @@
-"""Advanced indexing, gather/scatter, masked ops and embedding lookups."""
+"""Advanced indexing, gather/scatter, masked ops, searchsorted and histograms."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def _index_tuple(indices):
     return tuple(result)
 
 
-def _take(x, index, axis):
+def gather_axis(x, index, axis):
     """jnp.take along `axis`; without an XLA gather when the plugin's dense_gather_factor
     covers the table: a one-hot dot for float tables (an inf or NaN in the table then
     reaches every looked-up row), a one-hot select and sum otherwise."""
@@ -69,7 +69,7 @@ def _single_integer_index(indices):
 def index(x, indices):
     single = _single_integer_index(indices)
     if single is not None and policy.dense_gather(x.shape[single[0]]):
-        return _take(x, single[1], single[0])
+        return gather_axis(x, single[1], single[0])
     return x[_index_tuple(indices)]
 
 
@@ -111,7 +111,7 @@ def index_put(x, indices, values, accumulate=False, unsafe=False):
 def index_select(x, dim, index):
     if x.ndim == 0:
         return x.reshape(())
-    return _take(x, index.reshape(-1), canon_dim(dim, x.ndim))
+    return gather_axis(x, index.reshape(-1), canon_dim(dim, x.ndim))
 
 
 def _scatter_where(index, dim):
@@ -279,7 +279,7 @@ def index_reduce(x, dim, index, source, reduce, *, include_self=True):
 
 @register(aten.take.default)
 def take(x, index):
-    return _take(x.reshape(-1), index, 0)
+    return gather_axis(x.reshape(-1), index, 0)
 
 
 @register(aten.put.default)
@@ -302,24 +302,6 @@ def masked_scatter(x, mask, source):
     position = jnp.clip(jnp.cumsum(mask) - 1, 0, max(source.size - 1, 0))
     taken = source.reshape(-1)[position] if source.size else jnp.zeros_like(x.reshape(-1))
     return jnp.where(mask, taken.astype(x.dtype), x.reshape(-1)).reshape(x.shape)
-
-
-@register(aten.embedding.default)
-def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
-    return _take(weight, indices, 0)
-
-
-@register(aten.embedding_dense_backward.default)
-def embedding_dense_backward(grad, indices, num_weights, padding_idx, scale_grad_by_freq):
-    flat = indices.reshape(-1)
-    rows = grad.reshape(flat.shape[0], -1)
-    keep = (flat != padding_idx)[:, None]
-    rows = jnp.where(keep, rows, 0)
-    if scale_grad_by_freq:
-        counts = jnp.zeros((num_weights,), grad.dtype).at[flat].add(1)
-        rows = rows / counts[flat][:, None]
-    out = jnp.zeros((num_weights, rows.shape[1]), grad.dtype).at[flat].add(rows)
-    return out.reshape((num_weights,) + grad.shape[indices.ndim:])
 
 
 def _searchsorted(sorted_sequence, values, right, sorter, out_int32):
@@ -367,15 +349,6 @@ def histc(x, bins=100, min=0, max=0):
     inside = (flat >= lo) & (flat <= hi)
     return jnp.zeros((bins,), x.dtype).at[jnp.where(inside, position, bins)].add(
         jnp.ones((), x.dtype), mode="drop")
-
-
-@register(aten.embedding_renorm.default)
-def embedding_renorm(weight, indices, max_norm, norm_type):
-    rows = weight[indices.reshape(-1)]
-    norms = jnp.sum(jnp.abs(rows) ** norm_type, axis=-1) ** (1.0 / norm_type)
-    scale = jnp.where(norms > max_norm, max_norm / (norms + 1e-7), 1.0).astype(weight.dtype)
-    # set, not multiply: a row listed twice is scaled once.
-    return weight.at[indices.reshape(-1)].set(rows * scale[:, None])
 
 
 @register(aten.nonzero_static.default)

@@ -9,10 +9,8 @@ import numpy as np
 from jax import lax
 
 from torch_xla.lowering import dtypes
-from torch_xla.lowering.ops._common import aten, upcast
+from torch_xla.lowering.ops._common import HIGHEST, aten, upcast
 from torch_xla.lowering.registry import register
-
-HIGHEST = lax.Precision.HIGHEST
 
 
 def _matmul(a, b):

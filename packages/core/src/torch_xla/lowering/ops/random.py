@@ -14,6 +14,7 @@ import numpy as np
 
 from torch_xla.lowering import dtypes, policy
 from torch_xla.lowering.ops._common import aten, int_list, jax_dtype, upcast
+from torch_xla.lowering.ops.elementwise import mul
 from torch_xla.lowering.registry import register
 
 _ALGORITHMS = {
@@ -53,7 +54,11 @@ def _float_dtype(dtype) -> np.dtype:
 
 
 def _uniform(rng, shape, dtype, low=0.0, high=1.0):
-    """Uniform in [low, high), sampled in float32 at least so half types are not biased."""
+    """Uniform in [low, high), sampled in float32 at least so half types are not biased;
+    complex values get independent real and imaginary parts, as torch's do."""
+    if dtypes.is_complex(dtype):
+        parts = _uniform(rng, (*shape, 2), np.finfo(dtype).dtype, low, high)
+        return jax.lax.complex(parts[..., 0], parts[..., 1])
     c = upcast(dtype) if dtypes.is_floating(dtype) else np.dtype(np.float64)
     u = jax.random.uniform(_key(rng), tuple(shape), c, low, high)
     return u.astype(dtype)
@@ -86,8 +91,6 @@ def native_dropout(x, p, train, *, rng):
 
 @register(aten.native_dropout_backward.default)
 def native_dropout_backward(grad, mask, scale):
-    from torch_xla.lowering.ops.elementwise import mul
-
     return mul(mul(grad, mask), scale)
 
 
@@ -205,8 +208,10 @@ def log_normal(x, mean=1.0, std=2.0, *, generator=None, rng):
 
 @register(aten.geometric.default, needs_rng=True)
 def geometric(x, p, *, generator=None, rng):
-    u = jax.random.uniform(_key(rng), x.shape, np.float64, minval=np.finfo(np.float64).tiny)
-    return jnp.ceil(jnp.log(u) / np.log1p(-p)).astype(x.dtype)
+    # Sampled in the tensor's float type (float32 at least); integer tensors in float64.
+    c = upcast(x.dtype) if dtypes.is_floating(x.dtype) else np.dtype(np.float64)
+    u = jax.random.uniform(_key(rng), x.shape, c, minval=np.finfo(c).tiny)
+    return jnp.ceil(jnp.log(u) / c.type(np.log1p(-p))).astype(x.dtype)
 
 
 def _random_range(dtype):

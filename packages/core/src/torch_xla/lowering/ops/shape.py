@@ -342,15 +342,6 @@ def movedim(x, source, destination):
     return jnp.moveaxis(x, canon_dim(source, x.ndim), canon_dim(destination, x.ndim))
 
 
-@register(aten.constant_pad_nd.default)
-def constant_pad_nd(x, pad, value=0):
-    pad = int_list(pad)
-    config = [(0, 0, 0)] * x.ndim
-    for i in range(len(pad) // 2):
-        config[x.ndim - 1 - i] = (pad[2 * i], pad[2 * i + 1], 0)
-    return lax.pad(x, jnp.asarray(value, x.dtype), config)
-
-
 @register(aten._neg_view.default, aten._neg_view_copy.default)
 def neg_view(x):
     return -x
