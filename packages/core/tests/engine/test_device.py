@@ -22,7 +22,7 @@ def test_device_names(device):
 
 
 def test_missing_device_index_is_a_clear_error():
-    with pytest.raises(RuntimeError, match="xla:7 does not exist"):
+    with pytest.raises(IndexError, match="xla:7 does not exist"):
         xm.xla_device(7)
 
 

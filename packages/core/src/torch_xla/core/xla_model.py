@@ -40,8 +40,8 @@ def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device
     index = 0 if n is None else int(n)
     count = len(client().devices)
     if not 0 <= index < count:
-        raise IndexError(f"Device index {index} out of range: this process has {count} "
-                         f"device(s), {get_xla_supported_devices()}.")
+        raise IndexError(f"Device index {index} out of range: xla:{index} does not exist; this "
+                         f"process has {count} device(s), {get_xla_supported_devices()}.")
     return torch.device("xla", index)
 
 
