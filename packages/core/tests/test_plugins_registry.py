@@ -49,6 +49,12 @@ def make_distribution(root, name: str, entry_points: dict[str, str], modules: di
         (root / f"{module}.py").write_text(textwrap.dedent(source))
 
 
+def make_good_distribution(root) -> None:
+    """`vendor-good`, whose entry point `good` loads a working plugin."""
+    make_distribution(root, "vendor-good", {"good": "good_vendor_mod:GoodPlugin"},
+                      {"good_vendor_mod": GOOD_MODULE})
+
+
 GOOD_MODULE = """
 from torch_xla.plugins import DevicePlugin
 
@@ -106,10 +112,7 @@ def test_registration_validates_the_plugin(clean_registry):
 def test_discovery_loads_entry_points_of_installed_distributions(
     clean_registry, tmp_path, monkeypatch
 ):
-    make_distribution(
-        tmp_path, "vendor-good", {"good": "good_vendor_mod:GoodPlugin"},
-        {"good_vendor_mod": GOOD_MODULE},
-    )
+    make_good_distribution(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))  # so the modules import
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no failure, so no warning
@@ -124,10 +127,7 @@ def test_discovery_loads_entry_points_of_installed_distributions(
 def test_a_broken_entry_point_warns_once_and_others_still_work(
     clean_registry, tmp_path, monkeypatch
 ):
-    make_distribution(
-        tmp_path, "vendor-good", {"good": "good_vendor_mod:GoodPlugin"},
-        {"good_vendor_mod": GOOD_MODULE},
-    )
+    make_good_distribution(tmp_path)
     make_distribution(
         tmp_path, "vendor-broken", {"broken": "broken_vendor_mod:Plugin"},
         {"broken_vendor_mod": "raise ImportError('libvendor.so: cannot open shared object')\n"},
@@ -150,10 +150,7 @@ def test_a_broken_entry_point_warns_once_and_others_still_work(
 def test_an_entry_point_that_calls_sys_exit_is_a_broken_plugin_like_one_that_raises(
     clean_registry, tmp_path, monkeypatch
 ):
-    make_distribution(
-        tmp_path, "vendor-good", {"good": "good_vendor_mod:GoodPlugin"},
-        {"good_vendor_mod": GOOD_MODULE},
-    )
+    make_good_distribution(tmp_path)
     make_distribution(
         tmp_path, "vendor-exits", {"exits": "exiting_vendor_mod:Plugin"},
         {"exiting_vendor_mod": "import sys\nsys.exit(3)\n"},
@@ -194,10 +191,7 @@ def test_a_keyboard_interrupt_while_loading_plugins_still_stops_the_program(
 
 
 def test_hand_registration_wins_over_discovery(clean_registry, tmp_path, monkeypatch):
-    make_distribution(
-        tmp_path, "vendor-good", {"good": "good_vendor_mod:GoodPlugin"},
-        {"good_vendor_mod": GOOD_MODULE},
-    )
+    make_good_distribution(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))
     mine = FakeAccelerator()
     clean_registry.register_plugin("good", mine)
