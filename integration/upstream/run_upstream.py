@@ -42,6 +42,13 @@ MNIST_RUNS = [  # (arguments, CPU_NUM_DEVICES)
     (["--fake_data", "--num_epochs", "1", "--ddp"], "4"),
     (["--fake_data", "--num_epochs", "1", "--pjrt_distributed"], "4"),
 ]
+# Files run_tests.sh runs more than once, each time with extra variables.
+VARIANTS = {
+    "test/test_data_type.py": [{}, {"XLA_USE_BF16": "1"}, {"XLA_DOWNCAST_BF16": "1"}],
+}
+# What run_tests.sh exports for every run.
+RUN_TESTS_ENV = {"TRIM_GRAPH_SIZE": "500", "TRIM_GRAPH_CHECK_FREQUENCY": "100",
+                 "PYTORCH_TEST_WITH_SLOW": "1", "XLA_DUMP_FATAL_STACK": "1"}
 TIMEOUT = 1200  # seconds per run
 
 
@@ -51,6 +58,7 @@ class Run:
     args: list[str]
     devices: str
     expected_failure: str | None
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
     result: str = ""
     reason: str = ""
     seconds: float = 0.0
@@ -58,7 +66,8 @@ class Run:
     @property
     def name(self) -> str:
         extra = " ".join(self.args)
-        return f"{self.file}{' ' + extra if extra else ''} (CPU_NUM_DEVICES={self.devices})"
+        env = "".join(f" {k}={v}" for k, v in self.env.items())
+        return f"{self.file}{' ' + extra if extra else ''} (CPU_NUM_DEVICES={self.devices}{env})"
 
 
 def runs(listed: list[str]) -> list[Run]:
@@ -70,7 +79,7 @@ def runs(listed: list[str]) -> list[Run]:
             out += [Run(file, args, devices, expected) for args, devices in MNIST_RUNS]
         else:
             devices = "4" if file.startswith(MULTI_DEVICE) else "1"
-            out.append(Run(file, [], devices, expected))
+            out += [Run(file, [], devices, expected, env) for env in VARIANTS.get(file, [{}])]
     return out
 
 
@@ -82,7 +91,8 @@ def _last_error(text: str) -> str:
 
 def execute(run: Run, root: pathlib.Path) -> None:
     path = root / run.file
-    env = {**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": run.devices,
+    env = {**os.environ, **RUN_TESTS_ENV, **run.env, "PJRT_DEVICE": "CPU",
+           "CPU_NUM_DEVICES": run.devices,
            "PYTHONPATH": os.pathsep.join(filter(None, [str(STANDINS),
                                                        os.environ.get("PYTHONPATH")]))}
     start = time.perf_counter()

@@ -205,3 +205,21 @@ def test_readonly_cache_that_does_not_exist_is_an_error(tmp_path):
     )
     assert result.returncode != 0
     assert "Read-only compilation cache" in result.stderr and "does not exist" in result.stderr
+
+
+def test_set_device_type_of_an_unknown_plugin_fails_at_first_use():
+    """As upstream: set_device_type only sets PJRT_DEVICE; the first device use reports the
+    unknown name with the installed plugins."""
+    result = run_python(
+        """
+        import os
+        import torch_xla.runtime as xr
+        xr.set_device_type("toaster")
+        print(os.environ["PJRT_DEVICE"])
+        xr.global_device_count()
+        """,
+        timeout=60,
+    )
+    assert result.stdout.strip() == "TOASTER"
+    assert result.returncode != 0
+    assert "Unknown PJRT device 'TOASTER'. Installed plugins:" in result.stderr

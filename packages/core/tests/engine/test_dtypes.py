@@ -93,3 +93,30 @@ def test_dtype_flags_store_reduced_types_but_report_torch_dtypes(flag, stored, v
     assert lines[-3] == "torch.float32 torch.float64 torch.int64"
     assert lines[-2] == stored
     assert lines[-1] == f"{values} torch.int64"
+
+
+LATCH_CODE = """
+import os
+import torch
+import torch_xla
+from torch_xla.lazy.functional import unwrap
+
+def stored(t):
+    return str(unwrap(t.to('xla'))._node.array.dtype)
+
+print(stored(torch.ones(2)))                 # float32 stored before any flag is set
+os.environ['XLA_USE_BF16'] = '1'              # too late for float32: read on first use
+os.environ['XLA_USE_32BIT_LONG'] = '1'        # in time for int64: none stored yet
+print(stored(torch.ones(2)), stored(torch.ones(2, dtype=torch.int64)),
+      stored(torch.ones(2, dtype=torch.uint64)))
+os.environ.pop('XLA_USE_32BIT_LONG')          # latched: int64 stays 32-bit
+longs = torch.ones(2, dtype=torch.int64)
+print(stored(longs), (longs.to('xla') + 1).dtype)
+"""
+
+
+def test_dtype_flags_are_read_on_first_use_of_the_dtypes_they_affect():
+    """As PyTorch/XLA: a flag set after import applies if no tensor of its dtypes was stored
+    yet, and is then fixed for the run."""
+    lines = run_python(LATCH_CODE).strip().splitlines()
+    assert lines[-3:] == ["float32", "float32 int32 uint32", "int32 torch.int64"]

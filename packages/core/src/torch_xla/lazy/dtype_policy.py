@@ -1,7 +1,10 @@
 """Which dtype the device stores for each torch dtype (XLA_USE_BF16 & co).
 
 Tensors always report their PyTorch dtype; only the device buffer uses the
-reduced type. The flags are read once, when the engine first loads.
+reduced type. As in PyTorch/XLA, each flag is read once, the first time a tensor
+of a dtype it affects is stored (so a program may set it after `import torch_xla`,
+but not change it afterwards): XLA_USE_BF16 and XLA_DOWNCAST_BF16 on the first
+float32/float64 tensor, XLA_USE_32BIT_LONG on the first int64/uint64 one.
 """
 
 from __future__ import annotations
@@ -15,49 +18,80 @@ from torch_xla.lowering import dtypes
 from torch_xla.pjrt.client import Client, on_start
 from torch_xla.plugins import DtypePolicy
 
+NATIVE: dict[torch.dtype, np.dtype] = dict(dtypes.TORCH_TO_JAX)
+_BF16 = NATIVE[torch.bfloat16]
+
 
 def _flag(name: str) -> bool:
     return os.environ.get(name, "0") not in ("", "0")
 
 
-def _storage_table(policy: DtypePolicy | None = None) -> dict[torch.dtype, np.dtype]:
-    table = dict(dtypes.TORCH_TO_JAX)
-    bf16 = table[torch.bfloat16]
-    if policy is not None:  # what the active plugin's device cannot store
-        if policy.f64_as_f32:
-            table[torch.float64] = np.dtype(np.float32)
-        if policy.f32_as_bf16:
-            table[torch.float32] = bf16
-        if policy.s16_as_s32:
-            table[torch.int16] = np.dtype(np.int32)
+def _float_flags(dtype: torch.dtype) -> np.dtype | None:
     if _flag("XLA_USE_BF16"):  # every float is stored as bfloat16
-        table[torch.float32] = bf16
-        table[torch.float64] = bf16
-    elif _flag("XLA_DOWNCAST_BF16"):  # float32 -> bf16, float64 -> float32
-        table[torch.float32] = bf16
-        table[torch.float64] = np.dtype(np.float32)
+        return _BF16
+    if _flag("XLA_DOWNCAST_BF16"):  # float32 -> bf16, float64 -> float32
+        return _BF16 if dtype == torch.float32 else np.dtype(np.float32)
+    return None
+
+
+def _long_flags(dtype: torch.dtype) -> np.dtype | None:
     if _flag("XLA_USE_32BIT_LONG"):
-        table[torch.int64] = np.dtype(np.int32)
-    return table
+        return np.dtype(np.int32 if dtype == torch.int64 else np.uint32)
+    return None
 
 
-STORAGE: dict[torch.dtype, np.dtype] = _storage_table()
-NATIVE: dict[torch.dtype, np.dtype] = dict(dtypes.TORCH_TO_JAX)
+# The dtypes a flag affects, and how that flag maps them (None: the flag is off).
+_FLAGGED = {torch.float32: _float_flags, torch.float64: _float_flags,
+            torch.int64: _long_flags, torch.uint64: _long_flags}
 
 
-def _reduced() -> frozenset[torch.dtype]:
-    """The torch dtypes whose storage differs from their natural jax dtype."""
-    return frozenset(t for t, j in STORAGE.items() if NATIVE[t] != j)
+class _Storage(dict):
+    """torch dtype -> stored numpy dtype; a flagged dtype is decided on its first lookup."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.policy: DtypePolicy | None = None
+        self.latched: dict[torch.dtype, np.dtype | None] = {}
+        self._fill()
+
+    def __missing__(self, dtype: torch.dtype) -> np.dtype:
+        if dtype not in _FLAGGED:
+            raise KeyError(dtype)
+        self.latched[dtype] = _FLAGGED[dtype](dtype)
+        self[dtype] = self._decide(dtype)
+        return self[dtype]
+
+    def _decide(self, dtype: torch.dtype) -> np.dtype:
+        flagged = self.latched.get(dtype)
+        if flagged is not None:
+            return flagged
+        policy = self.policy  # what the active plugin's device cannot store
+        if policy is not None:
+            if dtype == torch.float64 and policy.f64_as_f32:
+                return np.dtype(np.float32)
+            if dtype == torch.float32 and policy.f32_as_bf16:
+                return _BF16
+            if dtype == torch.int16 and policy.s16_as_s32:
+                return np.dtype(np.int32)
+        return NATIVE[dtype]
+
+    def _fill(self) -> None:
+        self.clear()
+        for dtype in NATIVE:
+            if dtype not in _FLAGGED or dtype in self.latched:
+                self[dtype] = self._decide(dtype)
+
+    def apply(self, policy: DtypePolicy) -> None:
+        self.policy = policy
+        self._fill()
 
 
-REDUCED: frozenset[torch.dtype] = _reduced()
+STORAGE: _Storage = _Storage()
 
 
 def apply_plugin_policy(runtime: Client) -> None:
     """Fold the started plugin's `dtype_policy()` into the storage table (in place)."""
-    global REDUCED
-    STORAGE.update(_storage_table(runtime.plugin.dtype_policy()))
-    REDUCED = _reduced()
+    STORAGE.apply(runtime.plugin.dtype_policy())
 
 
 on_start(apply_plugin_policy)
@@ -65,3 +99,4 @@ on_start(apply_plugin_policy)
 
 def storage(dtype: torch.dtype) -> np.dtype:
     return STORAGE[dtype]
+

@@ -253,7 +253,10 @@ def _automatic_choice() -> PluginRecord:
 
 
 def set_active(name: str) -> None:
-    """Make `name` the active plugin (the runtime checks it has not started)."""
+    """Make `name` the active plugin (the runtime checks it has not started).
+
+    As PyTorch/XLA's `set_device_type`, this only sets PJRT_DEVICE: an unknown name
+    is reported (with the installed plugins) when a device is first used."""
     global _active
-    _active = record(name)
-    os.environ["PJRT_DEVICE"] = _active.name
+    os.environ["PJRT_DEVICE"] = canonical_name(name)
+    _active = None
