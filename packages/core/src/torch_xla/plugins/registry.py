@@ -227,10 +227,28 @@ def get_plugin(name: str) -> DevicePlugin:
     return plugin
 
 
+XRT_VARIABLES = ("XRT_TPU_CONFIG", "XRT_DEVICE_MAP", "XRT_WORKERS")
+
+
+def warn_about_xrt(environ: dict | os._Environ = os.environ) -> None:
+    """One warning when a program still configures XRT, the runtime PJRT replaced."""
+    found = [name for name in XRT_VARIABLES if environ.get(name)]
+    if found:
+        warnings.warn(
+            f"{', '.join(found)} {'is' if len(found) == 1 else 'are'} set, but XRT is gone: "
+            "torch_xla runs on PJRT, which needs no XRT configuration or server. Unset "
+            f"{' and '.join(found)} and choose the device with PJRT_DEVICE (for example "
+            "PJRT_DEVICE=TPU or PJRT_DEVICE=CPU); each host of a pod runs the same command "
+            "(see docs/migration.md).",
+            stacklevel=3,
+        )
+
+
 def active() -> PluginRecord:
     """The plugin this process uses: PJRT_DEVICE if set, else the best one present."""
     global _active
     if _active is None:
+        warn_about_xrt()
         requested = os.environ.get("PJRT_DEVICE", "").strip()
         _active = record(requested) if requested else _automatic_choice()
     return _active
