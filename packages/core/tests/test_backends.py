@@ -1,27 +1,24 @@
-"""`torch_xla.backends`: the matmul precision setting."""
+"""`torch_xla.backends`: the matmul precision setting reaches the lowered graphs."""
 
 from __future__ import annotations
 
-import jax
-import jax.numpy as jnp
 import pytest
 import torch
 
 import torch_xla
 import torch_xla.backends as backends
+import torch_xla.debug.metrics as met
 
 
 @pytest.fixture(autouse=True)
-def restore_jax_precision():
-    torch_xla.device()  # torch_xla configures JAX's CPU platform before anything traces
-    saved = jax.config.jax_default_matmul_precision
+def restore_precision():
+    saved = backends.get_mat_mul_precision()
     yield
-    jax.config.update("jax_default_matmul_precision", saved)
+    backends.set_mat_mul_precision(saved)
 
 
-def test_default_until_set():
-    jax.config.update("jax_default_matmul_precision", None)
-    assert backends.get_mat_mul_precision() == "default"
+def test_highest_by_default_so_results_match_eager():
+    assert backends.get_mat_mul_precision() == "highest"
 
 
 @pytest.mark.parametrize("precision", ["default", "high", "highest"])
@@ -36,19 +33,48 @@ def test_invalid_precision_names_the_choices():
         backends.set_mat_mul_precision("medium")
 
 
-@pytest.mark.parametrize(
-    "jax_name, ours", [("bfloat16", "default"), ("tensorfloat32", "high"), ("float32", "highest")]
-)
-def test_jax_names_read_as_ours(jax_name, ours):
-    jax.config.update("jax_default_matmul_precision", jax_name)
-    assert backends.get_mat_mul_precision() == ours
+def _hlo(fn, *shapes):
+    device = torch_xla.device()
+    torch.manual_seed(0)
+    args = [torch.randn(*s).to(device) for s in shapes]
+    return torch_xla._XLAC._get_xla_tensors_hlo([fn(*args)])
 
 
-@pytest.mark.parametrize("precision", ["high", "highest"])
-def test_the_setting_reaches_traced_dots(precision):
+OPS = {
+    "mm": (lambda a, b: a @ b, (4, 8), (8, 3)),
+    "linear": (torch.nn.functional.linear, (4, 8), (3, 8)),
+    "conv2d": (torch.nn.functional.conv2d, (1, 2, 5, 5), (3, 2, 3, 3)),
+    "sdpa": (torch.nn.functional.scaled_dot_product_attention, (1, 4, 8), (1, 4, 8), (1, 4, 8)),
+}
+
+
+@pytest.mark.parametrize("precision", ["default", "high", "highest"])
+@pytest.mark.parametrize("op", OPS)
+def test_the_setting_reaches_the_ops_dots_and_convolutions(precision, op):
     backends.set_mat_mul_precision(precision)
-    hlo = jax.jit(jnp.matmul).lower(jnp.ones((2, 2)), jnp.ones((2, 2))).as_text(dialect="hlo")
-    assert f"operand_precision={{{precision},{precision}}}" in hlo
+    fn, *shapes = OPS[op]
+    hlo = _hlo(fn, *shapes)
+    expected = f"operand_precision={{{precision},{precision}}}"
+    if precision == "default":  # XLA prints no attribute for the default precision
+        assert "operand_precision=" not in hlo
+    else:
+        assert expected in hlo
+
+
+def test_a_change_recompiles_the_same_graph_with_the_new_precision():
+    device = torch_xla.device()
+    a, b = torch.randn(16, 16), torch.randn(16, 16)
+    xa, xb = a.to(device), b.to(device)
+    backends.set_mat_mul_precision("highest")
+    (xa @ xb).cpu()
+    met.clear_counters()
+    (xa @ xb).cpu()
+    assert met.counter_value("UncachedCompile") is None  # cached at one precision
+    backends.set_mat_mul_precision("high")
+    z = xa @ xb
+    assert "operand_precision={high,high}" in torch_xla._XLAC._get_xla_tensors_hlo([z])
+    z.cpu()
+    assert met.counter_value("UncachedCompile") == 1
 
 
 def test_highest_float32_matmul_matches_eager():
@@ -57,5 +83,4 @@ def test_highest_float32_matmul_matches_eager():
     a, b = torch.randn(64, 128), torch.randn(128, 32)
     device = torch_xla.device()
     z = a.to(device) @ b.to(device)
-    assert "operand_precision={highest,highest}" in torch_xla._XLAC._get_xla_tensors_hlo([z])
     torch.testing.assert_close(z.cpu(), a @ b, rtol=1e-6, atol=1e-5)

@@ -1,9 +1,11 @@
 """`torch_xla.backends`: settings of the XLA backend, as `torch.backends.*` are for theirs.
 
-The matmul precision is JAX's `jax_default_matmul_precision`: every graph
-traced after a change carries it in its dots and convolutions on 32-bit inputs.
-A graph already compiled keeps the precision it was compiled with, so set it
-once, before the first step.
+The matmul precision applies to matrix multiplications, convolutions and attention
+on 32-bit inputs in every graph lowered after the change; programs compiled with
+another precision are dropped from the in-memory cache and compile again (the
+persistent cache keys carry the precision). The default is `'highest'` (full
+float32, as PyTorch computes on the CPU and, by default, on CUDA); PyTorch/XLA's
+default is `'default'` (one bfloat16 pass on TPU): set it for that speed.
 """
 
 from __future__ import annotations
@@ -11,31 +13,19 @@ from __future__ import annotations
 import logging
 from typing import Final, Literal
 
-import jax
+from torch_xla.lowering import policy
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["set_mat_mul_precision", "get_mat_mul_precision"]
 
-PRECISIONS: Final = ("default", "high", "highest")
+PRECISIONS: Final = tuple(policy.MATMUL_PRECISIONS)
 MatMulPrecision = Literal["default", "high", "highest"]
 
-# What JAX may hold (set by us or by the user's own JAX code), as our names.
-_FROM_JAX: Final = {
-    None: "default",
-    "default": "default",
-    "bfloat16": "default",
-    "high": "high",
-    "tensorfloat32": "high",
-    "bfloat16_3x": "high",
-    "highest": "highest",
-    "float32": "highest",
-}
-
 _WARNING: Final = (
-    "Setting the mat mul precision more than once is not recommended: graphs already "
-    "compiled keep their precision. If you need to, check that each setting behaves as "
-    "expected."
+    "Setting the mat mul precision more than once is not recommended: graphs compiled "
+    "before compile again with the new precision. If you need to, check that each setting "
+    "behaves as expected."
 )
 
 
@@ -51,15 +41,9 @@ def set_mat_mul_precision(precision: MatMulPrecision) -> None:
             f"Invalid precision: {precision!r}. Must be one of {', '.join(PRECISIONS)}."
         )
     logger.warning(_WARNING)
-    jax.config.update("jax_default_matmul_precision", precision)
+    policy.set_matmul_precision(precision)
 
 
 def get_mat_mul_precision() -> MatMulPrecision:
     """The current precision: `'default'`, `'high'` or `'highest'`."""
-    current = jax.config.jax_default_matmul_precision
-    if current not in _FROM_JAX:
-        raise RuntimeError(
-            f"JAX's jax_default_matmul_precision is {current!r}, which has no torch_xla name "
-            f"({', '.join(PRECISIONS)}); set one with set_mat_mul_precision()."
-        )
-    return _FROM_JAX[current]
+    return policy.matmul_precision  # type: ignore[return-value]

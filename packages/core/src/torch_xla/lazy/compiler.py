@@ -103,6 +103,15 @@ def cache() -> ProgramCache:
 
 
 # --- building the JAX function ----------------------------------------------------------
+def _forget_programs() -> None:
+    """Programs lowered with another matmul precision must not run again."""
+    if _cache is not None:
+        _cache.clear()
+
+
+policy.on_matmul_precision_change(_forget_programs)
+
+
 
 
 def _rebuild(template: Any, ins: list) -> Any:
@@ -200,7 +209,7 @@ def stable_key(device: int, order, position, values) -> str:
             str(client().device(device).device_kind),
             # what else changes the lowering: storage types and the plugin's policies
             repr(sorted((str(k), str(v)) for k, v in dtype_policy.STORAGE.items())),
-            f"{policy.dense_gather_factor}|{policy.rng_algorithm}"]
+            f"{policy.dense_gather_factor}|{policy.rng_algorithm}|{policy.matmul_precision}"]
     for n in order:
         refs = [(position[id(c)], i) for c, i in n.inputs]
         text.append(f"{n.op}|{n.template!r}|{refs}|{n.avals}|{getattr(n.rule, '__qualname__', '')}")

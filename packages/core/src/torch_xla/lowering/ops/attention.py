@@ -9,7 +9,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from torch_xla.lowering.ops._common import HIGHEST, aten, upcast
+from torch_xla.lowering import policy
+from torch_xla.lowering.ops._common import aten, upcast
 from torch_xla.lowering.registry import register
 
 
@@ -18,7 +19,7 @@ def _attention(q, k, v, is_causal, attn_mask, scale):
     c = upcast(q.dtype)
     q, k, v = q.astype(c), k.astype(c), v.astype(c)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
-    scores = jnp.einsum("...qd,...kd->...qk", q, k, precision=HIGHEST) * scale
+    scores = jnp.einsum("...qd,...kd->...qk", q, k, precision=policy.precision()) * scale
     if is_causal:
         causal = jnp.tril(jnp.ones((q.shape[-2], k.shape[-2]), bool))
         scores = jnp.where(causal, scores, -jnp.inf)
@@ -29,7 +30,7 @@ def _attention(q, k, v, is_causal, attn_mask, scale):
             scores = scores + attn_mask.astype(c)
     lse = jax.nn.logsumexp(scores, axis=-1)
     weights = jnp.exp(scores - lse[..., None])
-    return jnp.einsum("...qk,...kd->...qd", weights, v, precision=HIGHEST), lse
+    return jnp.einsum("...qk,...kd->...qd", weights, v, precision=policy.precision()), lse
 
 
 @register(aten._scaled_dot_product_flash_attention_for_cpu.default)

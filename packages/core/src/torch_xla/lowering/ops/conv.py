@@ -8,8 +8,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from torch_xla.lowering import dtypes
-from torch_xla.lowering.ops._common import HIGHEST, aten, expand_param, int_list, upcast
+from torch_xla.lowering import dtypes, policy
+from torch_xla.lowering.ops._common import aten, expand_param, int_list, upcast
 from torch_xla.lowering.registry import register
 
 
@@ -41,11 +41,11 @@ def _conv(x, weight, stride, padding, dilation, transposed, output_padding, grou
         return lax.conv_general_dilated(
             x, _transposed_weight(weight, groups), (1,) * n, pads, lhs_dilation=stride,
             rhs_dilation=dilation, dimension_numbers=_conv_dims(n),
-            feature_group_count=groups, precision=HIGHEST,
+            feature_group_count=groups, precision=policy.precision(),
         )
     return lax.conv_general_dilated(
         x, weight, stride, [(p, p) for p in padding], rhs_dilation=dilation,
-        dimension_numbers=_conv_dims(n), feature_group_count=groups, precision=HIGHEST,
+        dimension_numbers=_conv_dims(n), feature_group_count=groups, precision=policy.precision(),
     )
 
 
@@ -98,7 +98,7 @@ def im2col(x, kernel_size, dilation, padding, stride):
     k, d, p, s = (expand_param(v, 2) for v in (kernel_size, dilation, padding, stride))
     patches = lax.conv_general_dilated_patches(
         x, k, s, [(p[0], p[0]), (p[1], p[1])], rhs_dilation=d,
-        dimension_numbers=("NCHW", "OIHW", "NCHW"), precision=HIGHEST)
+        dimension_numbers=("NCHW", "OIHW", "NCHW"), precision=policy.precision())
     out = patches.reshape(patches.shape[0], patches.shape[1],
                           patches.shape[2] * patches.shape[3])
     return out if batched else out[0]

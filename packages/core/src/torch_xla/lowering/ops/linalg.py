@@ -8,7 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from torch_xla.lowering import dtypes
+from torch_xla.lowering import dtypes, policy
 from torch_xla.lowering.ops._common import HIGHEST, aten, upcast
 from torch_xla.lowering.registry import register
 
@@ -21,7 +21,7 @@ def _matmul(a, b):
     elif c != dtype:  # 16-bit operands (an accelerator's fast path, autocast's point), f32 sums
         out = jnp.matmul(a.astype(dtype), b.astype(dtype), preferred_element_type=c)
     else:
-        out = jnp.matmul(a.astype(c), b.astype(c), precision=HIGHEST)
+        out = jnp.matmul(a.astype(c), b.astype(c), precision=policy.precision())
     return out.astype(dtype)
 
 
