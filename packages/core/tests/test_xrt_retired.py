@@ -12,7 +12,9 @@ import warnings
 import pytest
 
 from torch_xla.distributed import xla_dist
-from torch_xla.plugins.registry import XRT_VARIABLES, warn_about_xrt
+from torch_xla.plugins.registry import warn_about_xrt
+
+XRT_VARIABLES = ("XRT_TPU_CONFIG", "XRT_DEVICE_MAP", "XRT_WORKERS")  # upstream's issue names
 
 
 def _run(code: str, env: dict) -> subprocess.CompletedProcess:
@@ -55,5 +57,5 @@ def test_xla_dist_explains_pjrt_and_keeps_the_users_command():
     )
     assert done.returncode == xla_dist.EXIT_STATUS != 0
     assert "PJRT needs no launcher" in done.stderr
-    assert "--worker=all --command='PJRT_DEVICE=TPU python3 train.py --epochs 2'" in done.stderr
+    assert "PJRT_DEVICE=<device type> python3 train.py --epochs 2" in done.stderr
     assert "torchrun" in done.stderr

@@ -1,6 +1,6 @@
 """`python -m torch_xla.distributed.xla_dist`: PyTorch/XLA's XRT pod launcher, retired.
 
-XRT needed this launcher to start a server on every host of a TPU pod. PJRT needs
+XRT needed this launcher to start a server on every host of a pod. PJRT needs
 none: every host runs the training script itself, and the hosts find each other
 through the plugin (TPU metadata) or torchrun's variables. Running this module
 explains that and exits with status 2, so old launch scripts fail loudly instead of
@@ -21,12 +21,12 @@ def message(argv: list[str]) -> str:
     return (
         "torch_xla.distributed.xla_dist started XRT servers on every host of a pod; XRT is "
         "gone and PJRT needs no launcher.\n"
-        "Run the same command on every host instead, with PJRT_DEVICE set, for example on a "
-        "TPU pod:\n"
-        f"  gcloud compute tpus tpu-vm ssh $TPU_NAME --zone=$ZONE --worker=all "
-        f"--command='PJRT_DEVICE=TPU {script}'\n"
-        "or, on hosts you start yourself, torchrun on each host:\n"
-        f"  PJRT_DEVICE=CPU torchrun --nnodes=$HOSTS --node_rank=$RANK "
+        "Run the same command on every host instead, with PJRT_DEVICE set to your device "
+        "type:\n"
+        f"  PJRT_DEVICE=<device type> {script}\n"
+        "started on all hosts at once by your cluster's tool (each plugin's README shows "
+        "the command for its pods), or, on hosts you start yourself, torchrun on each:\n"
+        f"  PJRT_DEVICE=<device type> torchrun --nnodes=$HOSTS --node_rank=$RANK "
         f"--master_addr=$FIRST_HOST --master_port=12355 {script}\n"
         "Inside the script, xmp.spawn / torch_xla.launch start one process per local device."
     )

@@ -136,7 +136,10 @@ def register_installed_plugins(path: list[str] | None = None) -> list[PluginReco
     return failures
 
 
-def _declared_entry_points(path: list[str] | None) -> list[importlib_metadata.EntryPoint]:
+def _declared_entry_points(
+    path: list[str] | None, group: str = ENTRY_POINT_GROUP
+) -> list[importlib_metadata.EntryPoint]:
+    """The entry points of `group` declared by installed distributions (under `path`)."""
     seen: set[str] = set()
     found = []
     search = {} if path is None else {"path": path}
@@ -145,7 +148,7 @@ def _declared_entry_points(path: list[str] | None) -> list[importlib_metadata.En
         if name in seen:  # the first copy on the path is the one Python imports
             continue
         seen.add(name)
-        found += list(dist.entry_points.select(group=ENTRY_POINT_GROUP))
+        found += list(dist.entry_points.select(group=group))
     return sorted(found, key=lambda ep: ep.name)
 
 
@@ -227,19 +230,17 @@ def get_plugin(name: str) -> DevicePlugin:
     return plugin
 
 
-XRT_VARIABLES = ("XRT_TPU_CONFIG", "XRT_DEVICE_MAP", "XRT_WORKERS")
-
-
 def warn_about_xrt(environ: dict | os._Environ = os.environ) -> None:
-    """One warning when a program still configures XRT, the runtime PJRT replaced."""
-    found = [name for name in XRT_VARIABLES if environ.get(name)]
+    """One warning when a program still configures XRT (any `XRT_*` variable set), the
+    runtime PJRT replaced."""
+    found = sorted(name for name, value in environ.items() if name.startswith("XRT_") and value)
     if found:
         warnings.warn(
             f"{', '.join(found)} {'is' if len(found) == 1 else 'are'} set, but XRT is gone: "
             "torch_xla runs on PJRT, which needs no XRT configuration or server. Unset "
-            f"{' and '.join(found)} and choose the device with PJRT_DEVICE (for example "
-            "PJRT_DEVICE=TPU or PJRT_DEVICE=CPU); each host of a pod runs the same command "
-            "(see docs/migration.md).",
+            f"{' and '.join(found)} and choose the device with PJRT_DEVICE (the device type "
+            "of an installed plugin, e.g. PJRT_DEVICE=CPU); each host of a pod runs the same "
+            "command (see docs/migration.md).",
             stacklevel=3,
         )
 
