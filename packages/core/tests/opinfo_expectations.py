@@ -253,6 +253,9 @@ RANDOM_ENTRIES: dict[str, str] = {
 # Entries (name, dtype name or "*") that match eager but run some `aten::` ops on the host.
 ENGINE_FALLBACKS: dict[tuple[str, str], str] = {
     ("allclose", "*"): "returns a Python bool (a host sync), not a tensor",
+    ("median", "*"): "median of all elements (median.default) runs on the CPU as in "
+    "PyTorch/XLA, whose programs expect aten::median among the fallbacks (lazy/dispatch.py "
+    "ON_CPU); median.dim is lowered",
     ("combinations", "*"): "torch builds it with masked_select: " + _DATA_DEPENDENT,
     ("masked_select", "*"): _DATA_DEPENDENT,
     ("nonzero", "*"): _DATA_DEPENDENT,

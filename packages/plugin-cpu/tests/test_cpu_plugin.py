@@ -127,3 +127,21 @@ def test_transfers_round_trip_every_dtype_exactly():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok 11"
+
+
+def test_devices_per_process_splits_the_devices_into_processes(monkeypatch):
+    monkeypatch.setenv("CPU_NUM_DEVICES", "4")
+    plugin = CpuPlugin()
+    monkeypatch.delenv("CPU_DEVICES_PER_PROCESS", raising=False)
+    assert (plugin.devices_per_process(), plugin.physical_chip_count()) == (1, 4)
+    monkeypatch.setenv("CPU_DEVICES_PER_PROCESS", "2")
+    assert (plugin.devices_per_process(), plugin.physical_chip_count()) == (2, 2)
+    monkeypatch.setenv("CPU_DEVICES_PER_PROCESS", "all")
+    assert (plugin.devices_per_process(), plugin.physical_chip_count()) == (4, 1)
+
+
+def test_devices_per_process_must_divide_the_devices(monkeypatch):
+    monkeypatch.setenv("CPU_NUM_DEVICES", "4")
+    monkeypatch.setenv("CPU_DEVICES_PER_PROCESS", "3")
+    with pytest.raises(PluginError, match="CPU_DEVICES_PER_PROCESS=3 does not divide"):
+        CpuPlugin().physical_chip_count()

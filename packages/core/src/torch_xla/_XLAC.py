@@ -31,6 +31,27 @@ def _xla_increment_counter(name: str, value: int = 1) -> None:
     _metrics.counter(name).inc(value)
 
 
+def _get_executed_fallback_ops() -> list[str]:
+    """The ops that ran on the CPU since the counters were last cleared."""
+    return _metrics.fallback_ops()
+
+
+# --- eager mode -----------------------------------------------------------------------
+
+
+def _set_use_eager_mode(enable: bool) -> None:
+    """Run every op as soon as it is recorded (True) or lazily until a sync (False)."""
+    from torch_xla.lazy import eager
+
+    eager.set_enabled(bool(enable))
+
+
+def _get_use_eager_mode() -> bool:
+    from torch_xla.lazy import eager
+
+    return eager.enabled()
+
+
 # --- runtime and devices --------------------------------------------------------------
 
 
@@ -42,12 +63,22 @@ def _xla_runtime_is_initialized() -> bool:
 
 
 def _xla_get_default_device() -> str:
-    return _DEFAULT_DEVICE
+    """The calling thread's device (`xla:0` unless it chose another)."""
+    from torch_xla.pjrt import threads
+
+    return f"xla:{threads.current_index()}"
+
+
+def _xla_set_default_device(device: Any) -> None:
+    """Make `device` (`xla:N`) the calling thread's device, as PyTorch/XLA's threads do."""
+    from torch_xla.pjrt import threads
+
+    threads.set_current(_local_index(device))
 
 
 def _xla_get_default_device_ordinal() -> int:
-    """Ordinal of the default device among all devices of the job."""
-    return _global_ordinal(_local_index(_DEFAULT_DEVICE))
+    """Ordinal of the calling thread's device among all devices of the job."""
+    return _global_ordinal(_local_index(_xla_get_default_device()))
 
 
 def _xla_get_device_ordinal(device: Any) -> int:
@@ -130,7 +161,11 @@ def _local_index(device: Any) -> int:
     match = re.fullmatch(r"xla(?::(\d+))?", text)
     if match is None:
         raise RuntimeError(f"Invalid device {text!r}: expected an XLA device such as 'xla:0'.")
-    return int(match.group(1) or 0)
+    if match.group(1) is None:  # `xla`: the calling thread's device
+        from torch_xla.pjrt import threads
+
+        return threads.current_index()
+    return int(match.group(1))
 
 
 def _jax_device(device: Any) -> Any:
@@ -240,51 +275,82 @@ def _pending_graph(tensors: list) -> tuple[list, dict, list, list]:
     return order, position, leaves, values
 
 
+# --- cached graphs (what PyTorch/XLA's dynamo bridge is written against) -------------------
+
+
+def _init_computation_client() -> None:
+    """Start this process's runtime client (it starts on first use anyway)."""
+    from torch_xla.pjrt.client import client
+
+    client()
+
+
+def _xla_get_tensor_id(tensor: Any) -> int:
+    from torch_xla._dynamo import dynamo_bridge
+
+    return dynamo_bridge.tensor_id(tensor)
+
+
+def _get_graph_hash(tensors: list) -> str:
+    from torch_xla._dynamo import dynamo_bridge
+
+    return dynamo_bridge.graph_hash(tensors)
+
+
+def _get_tensors_xla_device_data_node(tensors: list) -> tuple[list[int], list]:
+    from torch_xla._dynamo import dynamo_bridge
+
+    return dynamo_bridge.device_data_inputs(tensors)
+
+
+def _xla_warm_up_cache(tensors: list, devices: list) -> None:
+    from torch_xla._dynamo import dynamo_bridge
+
+    dynamo_bridge.warm_up_cache(tensors)
+
+
+def _run_cached_graph(graph_hash: str, inputs: list) -> list:
+    from torch_xla._dynamo import dynamo_bridge
+
+    return dynamo_bridge.run_cached_graph(graph_hash, inputs)
+
+
 def _get_xla_tensors_text(tensors: list) -> str:
     """The IR graph that computes `tensors`, one node a line in PyTorch/XLA's layout:
     `%k = <storage type>[shape] <op>(<operands>)`, roots marked `ROOT=i`."""
+    from torch_xla.lazy import dump
+
     order, position, _, values = _pending_graph(tensors)
-    roots: dict[tuple[int, int], int] = {}
-    for i, (node, out) in enumerate(values):
-        roots.setdefault((position[id(node)], out), i)
-    lines = [_ir_line(k, node, position, roots) for k, node in enumerate(order)]
-    return "IR {\n" + "".join(lines) + "}\n"
+    return dump.ir_text(order, position, values)
 
 
-def _ir_line(k: int, node: Any, position: dict, roots: dict) -> str:
-    types = ", ".join(_xla_type(a) for a in node.avals)
-    if len(node.avals) > 1:
-        types = f"({types})"
-    operands = ", ".join(f"%{position[id(n)]}" + (f".{i}" if len(n.avals) > 1 else "")
-                         for n, i in node.inputs)
-    marks = [f"ROOT={roots[(k, i)]}" for i in range(len(node.avals)) if (k, i) in roots]
-    extra = "".join(f", {m}" for m in marks)
-    if node.location:
-        extra += f", location={node.location}"
-    return f"  %{k} = {types} {_op_name(node.op)}({operands}){extra}\n"
+def _get_xla_tensor_debug_info(tensor: Any) -> str:
+    """What the engine holds for one tensor, in PyTorch/XLA's layout: its IR node while
+    pending, its device data (`Data Shape: f32[16]`) once computed."""
+    import torch
+
+    from torch_xla.lazy import dump, functional
+
+    if not isinstance(tensor, torch.Tensor) or tensor.device.type != "xla":
+        return "Not a XLATensor\n"
+    inner = functional.unwrap(tensor)
+    node, index = inner.value
+    aval = node.avals[index]
+    lines = ["XLATensor {", f"TensorID: {id(inner)}", f"Device: {_runtime_name_of(node.device)}",
+             f"XLA Shape: {dump.xla_type(aval)}", "ShardingSpec: None"]
+    if node.rule is None:
+        lines += ["IR: None", "XLAData: ", f"  Data Device: {_runtime_name_of(node.device)}",
+                  f"  Data Shape: {dump.xla_type(aval)}", f"  Data Handle: {id(node.array)}"]
+    else:
+        lines += [f"IR: {dump.op_name(node.op)} output {index}", "XLAData: None"]
+    lines += ["Tensor on host: None", "}"]
+    return "\n".join(lines) + "\n"
 
 
-def _op_name(op: Any) -> str:
-    schema = getattr(op, "_schema", None)
-    return schema.name if schema is not None else str(op)  # aten::add, xla::device_data
+def _runtime_name_of(index: int) -> str:
+    from torch_xla.pjrt.client import client
 
-
-_XLA_PREFIXES = (("bfloat", "bf"), ("float", "f"), ("uint", "u"), ("int", "s"),
-                 ("complex", "c"))
-
-
-def _xla_type(aval: Any) -> str:
-    """`bf16[2,3]`: the element type the device stores (XLA's short name) and the shape."""
-    if aval is None:
-        return "()"
-    from torch_xla.lazy import dtype_policy
-
-    shape, dtype = aval
-    name = str(dtype_policy.STORAGE[dtype])
-    short = "pred" if name == "bool" else next(
-        (short + name[len(long):] for long, short in _XLA_PREFIXES if name.startswith(long)),
-        name)
-    return f"{short}[{','.join(map(str, shape))}]"
+    return _runtime_name(client().device(index))
 
 
 def _lowered(tensors: list) -> Any:

@@ -119,19 +119,26 @@ def compile(f: Callable | None = None, full_graph: bool = False, name: str | Non
 
 
 class _CompiledScope(contextlib.ContextDecorator):
-    """`torch_xla.compile`'s region: sync, trace, sync; counts graphs run in between."""
+    """`torch_xla.compile`'s region: sync, trace, sync; counts graphs run in between.
+    Inside it eager mode is off, so the block is traced lazily into one graph."""
 
     def __init__(self, name: str, full_graph: bool) -> None:
         self.name, self.full_graph = name, full_graph
         self._starts: list[int] = []  # one per active call: a compiled function may recurse
+        self._eager: list[bool] = []  # the eager mode each active call replaced
 
     def __enter__(self) -> None:
+        self._eager.append(_XLAC._get_use_eager_mode())
+        _XLAC._set_use_eager_mode(False)
         sync()
         self._starts.append(_graphs_run())
 
     def __exit__(self, kind, error, trace) -> None:
         ran = _graphs_run() - self._starts.pop()
-        sync()
+        try:
+            sync()
+        finally:
+            _XLAC._set_use_eager_mode(self._eager.pop())
         if self.full_graph and error is None and ran:
             raise RuntimeError(
                 f"torch_xla.compile(full_graph=True): tracing {self.name} needed {ran + 1} "

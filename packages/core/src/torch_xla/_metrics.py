@@ -19,7 +19,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 TIME = "time"
 BYTES = "bytes"
@@ -27,16 +27,25 @@ NUMBER = "number"
 
 # Every metric not named here is a duration.
 UNITS: dict[str, str] = {
-    "InboundData": BYTES,  # bytes copied host -> device, one sample per transfer
-    "OutboundData": BYTES,  # bytes copied device -> host
-    "TensorsGraphSize": NUMBER,  # nodes in a synced graph
-    "InputOutputAliasCount": NUMBER,  # donated inputs of an executed graph
+    "OutboundData": BYTES,  # bytes copied host -> device, one sample per transfer
+    "InboundData": BYTES,  # bytes copied device -> host, one sample per transfer
+    "TensorsGraphSize": NUMBER,  # nodes of a compiled graph
+    "InputOutputAliasCount": NUMBER,  # inputs of a compiled graph donated to its outputs
 }
 
 DEFAULT_SAMPLE_WINDOW = 1024  # XLA_METRICS_SAMPLES: recent samples kept per metric
 DEFAULT_PERCENTILES = "0.01:0.05:0.1:0.2:0.5:0.8:0.9:0.95:0.99"  # XLA_METRICS_PERCENTILES
 
-_lock = threading.Lock()
+_lock = threading.Lock()  # creating counters and metrics; samples are added without it
+
+# Samples are stamped with perf_counter (cheaper than time_ns on the hot path) and the
+# stamps turned into wall-clock nanoseconds when read.
+_clock = time.perf_counter
+_CLOCK_ZERO, _WALL_ZERO_NS = time.perf_counter(), time.time_ns()
+
+
+def _wall_ns(stamp: float) -> int:
+    return _WALL_ZERO_NS + int((stamp - _CLOCK_ZERO) * 1e9)
 
 
 class Counter:
@@ -51,7 +60,12 @@ class Counter:
 
 
 class Metric:
-    """Samples of one quantity in `unit` (seconds for `TIME`)."""
+    """Samples of one quantity in `unit` (seconds for `TIME`).
+
+    `add` is on hot paths (every recorded op adds a `LazyTracing` sample), so it takes
+    no lock: under a thread race a sample may be lost, as a counter increment may."""
+
+    __slots__ = ("name", "unit", "total_samples", "accumulator", "samples")
 
     def __init__(self, name: str, unit: str = TIME) -> None:
         self.name = name
@@ -63,19 +77,35 @@ class Metric:
         )
 
     def add(self, value: float) -> None:
-        with _lock:
-            self.total_samples += 1
-            self.accumulator += value
-            self.samples.append((time.time_ns(), value))
+        self.total_samples += 1
+        self.accumulator += value
+        self.samples.append((_clock(), value))
+
+    def add_since(self, start: float) -> None:
+        """A time sample from `start` (a `time.perf_counter()` reading) until now."""
+        now = _clock()
+        self.total_samples += 1
+        self.accumulator += now - start
+        self.samples.append((now, now - start))
+
+    def snapshot(self) -> tuple[int, float, list[tuple[int, float]]]:
+        """(total samples, sum, recent (timestamp ns, value)) in the metric's own unit."""
+        total, accumulator, samples = self.total_samples, self.accumulator, tuple(self.samples)
+        return total, accumulator, [(_wall_ns(stamp), value) for stamp, value in samples]
 
     def data(self) -> tuple[int, float, list[tuple[int, float]]]:
         """(total samples, sum, recent (timestamp ns, value)), times in nanoseconds."""
         scale = 1e9 if self.unit == TIME else 1.0
-        with _lock:
-            recent = [(stamp, value * scale) for stamp, value in self.samples]
-            return self.total_samples, self.accumulator * scale, recent
+        total, accumulator, samples = self.snapshot()
+        return total, accumulator * scale, [(stamp, value * scale) for stamp, value in samples]
+
+    def clear(self) -> None:
+        self.total_samples = 0
+        self.accumulator = 0.0
+        self.samples.clear()
 
 
+# Counters and metrics are never removed, only zeroed, so hot paths may keep the objects.
 _counters: dict[str, Counter] = {}
 _metrics: dict[str, Metric] = {}
 
@@ -83,7 +113,8 @@ _metrics: dict[str, Metric] = {}
 def counter(name: str) -> Counter:
     found = _counters.get(name)
     if found is None:
-        found = _counters.setdefault(name, Counter(name))
+        with _lock:
+            found = _counters.setdefault(name, Counter(name))
     return found
 
 
@@ -95,7 +126,8 @@ def metric(name: str, unit: str | None = None) -> Metric:
     """The metric `name`, created on first use with `unit` (default: from `UNITS`)."""
     found = _metrics.get(name)
     if found is None:
-        found = _metrics.setdefault(name, Metric(name, unit or UNITS.get(name, TIME)))
+        with _lock:
+            found = _metrics.setdefault(name, Metric(name, unit or UNITS.get(name, TIME)))
     return found
 
 
@@ -106,6 +138,22 @@ def timed(name: str) -> Iterator[None]:
         yield
     finally:
         metric(name).add(time.perf_counter() - start)
+
+
+# Called before metrics are read: layers that measure work finishing later (execution
+# times) register here to record what has finished. `wait=True` waits for work in flight.
+_settle_hooks: list[Callable[[bool], None]] = []
+
+
+def on_read(hook: Callable[[bool], None]) -> None:
+    """Call `hook(wait)` before metrics are read (`settle`)."""
+    _settle_hooks.append(hook)
+
+
+def settle(wait: bool = False) -> None:
+    """Record the samples of work that finished (with `wait`, of all work in flight)."""
+    for hook in _settle_hooks:
+        hook(wait)
 
 
 def counters() -> dict[str, Counter]:
@@ -132,12 +180,19 @@ def is_fallback_counter(name: str) -> bool:
     return bool(sep) and namespace != "xla"
 
 
+def fallback_ops() -> list[str]:
+    """The CPU-fallback counters with a non-zero value, by name."""
+    return [n for n in active_counters() if is_fallback_counter(n)]
+
+
 def clear_counters() -> None:
-    _counters.clear()
+    for c in list(_counters.values()):
+        c.value = 0
 
 
 def clear_metrics() -> None:
-    _metrics.clear()
+    for m in list(_metrics.values()):
+        m.clear()
 
 
 # --- configuration ----------------------------------------------------------
@@ -216,9 +271,7 @@ def format_value(m: Metric, value: float) -> str:
 
 
 def metric_report(m: Metric) -> str:
-    with _lock:
-        samples = list(m.samples)
-        total_samples, accumulator = m.total_samples, m.accumulator
+    total_samples, accumulator, samples = m.snapshot()
     lines = [
         f"Metric: {m.name}",
         f"  TotalSamples: {total_samples}",

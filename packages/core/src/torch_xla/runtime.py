@@ -14,8 +14,9 @@ import torch
 
 import torch_xla
 from torch_xla.core import xla_env_vars as xenv
+from torch_xla.lazy import replicas
 from torch_xla.pjrt import cache as compile_cache
-from torch_xla.pjrt import distributed
+from torch_xla.pjrt import distributed, threads
 from torch_xla.pjrt.client import XlaRuntimeError, client, started
 from torch_xla.plugins import registry
 
@@ -59,19 +60,24 @@ def _in_multiprocess_world() -> bool:
 
 
 def world_size() -> int:
-    """Number of replicas: every device of the job under xmp.spawn, else 1."""
+    """Number of replicas: every device of the job under xmp.spawn, every device that
+    replica threads drive (spawn_threads, DataParallel), else 1."""
+    if threads.replicas() is not None:
+        return replicas.world()
     return global_device_count() if _in_multiprocess_world() else 1
 
 
 def global_ordinal() -> int:
-    """Ordinal of this process's default device among all devices of the job."""
+    """Ordinal of the calling thread's device among all devices (replicas) of the job."""
+    if threads.replicas() is not None:
+        return replicas.ordinal(threads.current_index())
     runtime = client()
-    return runtime.global_devices.index(runtime.devices[0])
+    return runtime.global_devices.index(runtime.device(threads.current_index()))
 
 
 def local_ordinal() -> int:
-    """Ordinal of this process's default device among the devices of this host."""
-    return _local_rank() * addressable_device_count()
+    """Ordinal of the calling thread's device among the devices of this host."""
+    return _local_rank() * addressable_device_count() + threads.current_index()
 
 
 def _local_rank() -> int:

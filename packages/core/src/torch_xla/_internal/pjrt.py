@@ -1,7 +1,9 @@
 """`torch_xla._internal.pjrt`: run a function on every device of this host.
 
 PyTorch/XLA's tests use `run_multiprocess` and `spawn`; both start one process per
-device through `xmp.spawn` (see `torch_xla.distributed.xla_multiprocessing`).
+chip through `xmp.spawn` (see `torch_xla.distributed.xla_multiprocessing`), with one
+thread per device where the plugin's processes drive several. `spawn_threads` runs
+`fn` in this process, one thread per device.
 """
 
 from __future__ import annotations
@@ -38,6 +40,17 @@ def run_multiprocess(fn: Callable[..., R], *args: Any, start_method: str = "spaw
     if len(by_ordinal) != len(results):
         raise RuntimeError(f"Two processes reported the same device ordinal: {results}")
     return by_ordinal
+
+
+def spawn_threads(fn: Callable, args: tuple = ()) -> dict[int, Any]:
+    """`fn(index, *args)` in this process, one thread per device (each thread's
+    `torch_xla.device()` is its own device), as the replicas of one job: collectives
+    between the threads run as one replicated program. Returns `fn`'s results by global
+    ordinal (PyTorch/XLA returns None).
+    """
+    from torch_xla.distributed import xla_multiprocessing as xmp
+
+    return xmp.run_on_each_device(fn, args)
 
 
 def spawn(fn: Callable, nprocs: int | None = None, start_method: str = "spawn",

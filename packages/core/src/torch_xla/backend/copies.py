@@ -46,7 +46,7 @@ def copy_from(src, dst, non_blocking=False):
     if dst.device.type == "cpu":
         return dst.copy_(graph.to_cpu(src_inner) if src.device.type == "xla" else src_inner)
     inner = functional.unwrap(dst) if torch._is_functional_tensor(dst) else dst
-    inner._set(*special.copy_value(inner, src_inner).value)
+    inner._set(*special.copied(inner, src_inner))
     return dst
 
 

@@ -32,14 +32,19 @@ FACTORIES = (
 
 
 def _index(device) -> int:
-    return (torch.device(device).index or 0) if device is not None else 0
+    from torch_xla.lazy import tensor
+
+    return tensor.device_index(device)
 
 
 def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
-    from torch_xla.lazy import functional, nodes
+    from torch_xla.lazy import functional, nodes, tensor
 
     dtype = dtype or torch.get_default_dtype()
-    return functional.wrap(nodes.full(tuple(size), dtype, 0, _index(device)))
+    # Left out of syncs until written or read (see `tensor.uninitialized`): `x.to(device)`
+    # makes one in a data loader's thread while the main thread may be syncing a step.
+    return functional.wrap(tensor.uninitialized(nodes.full(tuple(size), dtype, 0,
+                                                           _index(device))))
 
 
 def zeros(size, dtype=None, layout=None, device=None, pin_memory=None):

@@ -21,10 +21,11 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 import torch_xla
 import torch_xla.runtime as xr
 from torch_xla._atomic import atomic_open
-from torch_xla.lazy import functional, graph, nodes, rng
-from torch_xla.lazy.tensor import not_xla_error
+from torch_xla.lazy import dispatch, functional, graph, nodes, rng, special
+from torch_xla.lazy.replicas import rendezvous as replica_rendezvous
+from torch_xla.lazy.tensor import XLATensor, device_index, not_xla_error
 from torch_xla.lowering import collectives
-from torch_xla.pjrt import distributed
+from torch_xla.pjrt import distributed, threads
 from torch_xla.pjrt.client import client
 
 
@@ -37,7 +38,7 @@ def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device
     if devkind is not None and devkind.upper() != xr.device_type():
         raise RuntimeError(f"xla_device(devkind={devkind!r}): this process runs on "
                            f"{xr.device_type()} devices only.")
-    index = 0 if n is None else int(n)
+    index = device_index(None) if n is None else int(n)
     count = len(client().devices)
     if not 0 <= index < count:
         raise IndexError(f"Device index {index} out of range: xla:{index} does not exist; this "
@@ -67,6 +68,12 @@ def mark_step(wait: bool = False, reset_scope: bool = True) -> None:
         wait_device_ops()
 
 
+def optimization_barrier_(tensors: list[torch.Tensor]) -> None:
+    """Give `tensors` (in place) their values through one XLA optimization barrier: the
+    compiler moves no computation across it (e.g. to keep rematerialization apart)."""
+    special.optimization_barrier_(tensors)
+
+
 def wait_device_ops(devices: list | None = None) -> None:
     """Block until every computation handed to the devices (and async closures) finished."""
     graph.wait_device_ops()
@@ -83,7 +90,9 @@ def set_rng_state(seed: int, device: torch.device | None = None) -> None:
 
 # --- training-loop API (issue 4) ---------------------------------------------
 
-_closures: list[tuple[Callable[..., Any], tuple]] = []
+# Each thread's closures (key: its current device, None if it chose none), run by its
+# own mark_step: replica threads step independently.
+_closures: dict[int | None, list[tuple[Callable[..., Any], tuple]]] = {}
 
 
 def add_step_closure(
@@ -95,7 +104,8 @@ def add_step_closure(
     graph in the middle of the step. With `run_async=True` the closure runs in
     a background thread, in order with other asynchronous closures.
     """
-    _closures.append((closure if not run_async else _run_async(closure), tuple(args)))
+    _closures.setdefault(threads.current(), []).append(
+        (closure if not run_async else _run_async(closure), tuple(args)))
 
 
 class _AsyncClosures:
@@ -153,8 +163,7 @@ def _run_async(closure: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _run_step_closures() -> None:
-    pending, _closures[:] = list(_closures), []
-    for closure, args in pending:
+    for closure, args in _closures.pop(threads.current(), ()):
         closure(*args)
 
 
@@ -234,9 +243,12 @@ def _scaled(t: torch.Tensor, scale: float) -> torch.Tensor:
 
 
 def _into(output: torch.Tensor | None, result: torch.Tensor) -> torch.Tensor:
+    """`result` written into `output` (which takes its shape, as PyTorch/XLA's `_out` ops do)."""
     if output is None:
         return result
     with torch.no_grad():
+        if output.shape != result.shape:
+            output.resize_(result.shape)
         output.copy_(result)
     return output
 
@@ -248,6 +260,10 @@ def all_reduce(
     """Reduce over replicas. A tensor gives a new tensor; a list is reduced in place."""
     collectives.check_reduce_type(reduce_type)
     single = isinstance(inputs, torch.Tensor)
+    if single and scale == 1.0 and groups is None and torch.compiler.is_compiling():
+        # dynamo traces torch ops only: PyTorch's functional collective, which the engine
+        # records as the same node (_functional_all_reduce below)
+        return torch.ops._c10d_functional.all_reduce(inputs, reduce_type, "")
     tensors = [inputs] if single else list(inputs)
     if not tensors:
         return inputs
@@ -263,6 +279,35 @@ def all_reduce(
     for t, r in zip(tensors, results, strict=True):
         _into(t, r)
     return inputs
+
+
+@dispatch.special(torch.ops._c10d_functional.all_reduce.default)
+def _functional_all_reduce(func, args, kwargs):
+    """`torch.ops._c10d_functional.all_reduce(t, op, group)` on an engine tensor (what a
+    graph compiled from `xm.all_reduce` holds), over every replica."""
+    t, reduce_op, group_name = args
+    if group_name:
+        raise NotImplementedError(
+            f"{func} over process group {group_name!r}: only the group of every replica "
+            "(group name '') is supported on XLA tensors; use xm.all_reduce(..., groups=...)."
+        )
+    reduce_type = _FUNCTIONAL_REDUCE_OPS.get(reduce_op, reduce_op)
+    collectives.check_reduce_type(reduce_type)
+    world = xr.world_size()
+    if world == 1:
+        return XLATensor(*t.value)
+    static = dict(reduce_type=reduce_type, scale=1.0, groups=None, world=world)
+    (result,) = nodes.custom(collectives.all_reduce, "xla::all_reduce", [t], static,
+                             [(tuple(t.shape), t.dtype)])
+    return result
+
+
+@dispatch.special(torch.ops._c10d_functional.wait_tensor.default)
+def _functional_wait(func, args, kwargs):
+    return XLATensor(*args[0].value)  # the collective is part of the graph: nothing to wait on
+
+
+_FUNCTIONAL_REDUCE_OPS = {"product": "mul"}  # torch's names for the ops xm names otherwise
 
 
 def all_gather(
@@ -282,11 +327,18 @@ def all_gather(
 
 
 def reduce_scatter(
-    reduce_type: str, input: torch.Tensor, scale: float, scatter_dim: int, shard_count: int,
-    groups: list[list[int]] | None = None, output: torch.Tensor | None = None,
-    pin_layout: bool = True,
-) -> torch.Tensor:
-    """Reduce over the group, then replica i of the group keeps part i along `scatter_dim`."""
+    reduce_type: str, input: torch.Tensor | list[torch.Tensor], scale: float,
+    scatter_dim: int, shard_count: int, groups: list[list[int]] | None = None,
+    output: torch.Tensor | list[torch.Tensor] | None = None, pin_layout: bool = True,
+) -> torch.Tensor | list[torch.Tensor]:
+    """Reduce over the group, then replica i of the group keeps part i along `scatter_dim`.
+
+    A list of tensors is reduce-scattered tensor by tensor (into the list `output`, if
+    given, whose tensors take the parts' shapes)."""
+    if isinstance(input, list):
+        outputs = _outputs_for(input, output, "reduce_scatter")
+        return [reduce_scatter(reduce_type, t, scale, scatter_dim, shard_count, groups, o,
+                               pin_layout) for t, o in zip(input, outputs, strict=True)]
     collectives.check_reduce_type(reduce_type)
     world = xr.world_size()
     groups = collectives.check_groups(groups, world)
@@ -468,15 +520,19 @@ def unlazy(tensors: list[torch.Tensor]) -> None:
 
 
 def rendezvous(tag: str, payload: bytes = b"", replicas: list[int] | None = None) -> list[bytes]:
-    """Wait for every replica to reach `tag`; returns every replica's payload in order."""
+    """Wait for the replicas (default: all) to reach `tag`; returns their payloads in the
+    order of `replicas` (by ordinal when None). Only the listed replicas call it."""
     if xr.world_size() == 1:
         return [payload]
-    if replicas and sorted(replicas) != list(range(xr.world_size())):
+    if not replicas or list(replicas) == list(range(xr.world_size())):
+        return replica_rendezvous(tag, bytes(payload))  # across threads too
+    if xr.world_size() != distributed.process_count():
         raise NotImplementedError(
-            f"rendezvous among a subset of replicas ({replicas}) is not supported; "
-            "call it on every replica (replicas=None)."
+            f"rendezvous among a subset of replicas ({replicas}) needs one replica per "
+            f"process; this job has {xr.world_size()} replicas in "
+            f"{distributed.process_count()} processes. Call it on every replica (replicas=None)."
         )
-    return distributed.exchange(tag, bytes(payload))
+    return distributed.exchange(tag, bytes(payload), ranks=replicas or None)
 
 
 def mesh_reduce(tag: str, data: Any, reduce_fn: Callable[[list[Any]], Any]) -> Any:

@@ -1,7 +1,9 @@
 """Metrics and counters, as PyTorch/XLA's `torch_xla.debug.metrics` exposes them.
 
 A counter or metric that was cleared, or never recorded, is absent: its name is
-not listed and its value or data is None.
+not listed and its value or data is None. Reading or clearing metrics first waits
+for the executions in flight, so `ExecuteTime` counts every execution launched
+before the read (the execution itself never waits for the metric).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ def counter_value(name: str) -> int | None:
 
 def metric_names() -> list[str]:
     """The names of the metrics with at least one sample."""
+    _metrics.settle(wait=True)
     return list(_metrics.active_metrics())
 
 
@@ -39,6 +42,7 @@ def metric_data(name: str) -> tuple[int, float, list[tuple[int, float]]] | None:
 
     Time metrics are in nanoseconds, byte metrics in bytes.
     """
+    _metrics.settle(wait=True)
     found = _metrics.active_metrics().get(name)
     return found.data() if found is not None else None
 
@@ -48,6 +52,7 @@ def clear_counters() -> None:
 
 
 def clear_metrics() -> None:
+    _metrics.settle(wait=True)  # a running execution's time must not land after the clear
     _metrics.clear_metrics()
 
 
@@ -58,6 +63,7 @@ def clear_all() -> None:
 
 def metrics_report() -> str:
     """Every metric and counter, in the report format PyTorch/XLA users know."""
+    _metrics.settle(wait=True)
     return _metrics.report()
 
 
@@ -68,11 +74,13 @@ def short_metrics_report(
 
     An empty or missing list means the default one.
     """
+    _metrics.settle(wait=True)
     return _metrics.short_report(
         list(counter_names or DEFAULT_SHORT_COUNTERS), list(metric_names or DEFAULT_SHORT_METRICS)
     )
 
 
 def executed_fallback_ops() -> list[str]:
-    """The ops that ran on the CPU since the counters were last cleared (`aten::nonzero`)."""
-    return [n for n in _metrics.active_counters() if _metrics.is_fallback_counter(n)]
+    """The ops that ran on the CPU since the counters were last cleared (`aten::nonzero`,
+    `torchvision::nms`; `.item()` counts as `aten::_local_scalar_dense`), by name."""
+    return _metrics.fallback_ops()

@@ -8,27 +8,34 @@
         dist.all_reduce(t)                     # t on the xla device
         model = DDP(model)                     # gradients averaged by the backend
 
-Each call records the matching `xm` collective, so it runs inside the step's
-compiled program (see docs/guide/distributed.md); the returned work is already
-complete. Only the default group (every process) is supported: XLA programs
-are replicated over the whole job.
+Each call records the matching `xm` collective, so it runs inside the step's compiled
+program (see docs/guide/distributed.md); the returned work is already complete.
+
+A group made with `dist.new_group(ranks)` runs its collectives over *replica groups*
+(`_mesh`, as in PyTorch/XLA): XLA programs are replicated over the whole job, so every
+process takes part and each runs the collective within its own group. The groups are
+inferred from `ranks` as PyTorch/XLA does: all ranks, one rank (every rank alone), or, with
+`pg_options={'xla_pg_options': {'spmd': True}}`, the rectangular mesh of which `ranks` is
+a row or a column (`{'xla_pg_options': {'mesh': [[...], ...]}}` gives it explicitly).
 """
 
 from __future__ import annotations
 
 import datetime
-import os
-from collections.abc import Iterator
+import logging
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch._C._distributed_c10d import ProcessGroup, ReduceOp, Work
+from torch._C._distributed_c10d import ProcessGroup, ReduceOp, Work, _DistributedBackendOptions
 
 import torch_xla.core.xla_model as xm
 import torch_xla.runtime as xr
+from torch_xla._internal import rendezvous
 
 BACKEND = "xla"
+logger = logging.getLogger("torch_xla")
+
 _REDUCE_TYPES = {
     ReduceOp.SUM: xm.REDUCE_SUM,
     ReduceOp.PRODUCT: xm.REDUCE_MUL,
@@ -39,63 +46,125 @@ _REDUCE_TYPES = {
 }
 
 
-def _done(result: Any) -> Work:
+def _ret_work(result: Any) -> Work:
+    """A finished `Work` holding `result`: the collective is already part of the graph."""
     future = torch.futures.Future()
     future.set_result(result)
     return torch._C._distributed_c10d._create_work_from_future(future)
 
 
-def _reduce_type(opts: Any) -> tuple[str, float]:
-    """(xm reduce type, scale) for the ReduceOp of torch.distributed options (SUM if none)."""
-    op = opts.reduceOp if opts is not None else ReduceOp.SUM
-    if op == ReduceOp.AVG:
-        return xm.REDUCE_SUM, 1.0 / xr.world_size()
-    for known, reduce_type in _REDUCE_TYPES.items():
-        if op == known:
-            return reduce_type, 1.0
-    raise ValueError(f"The xla backend cannot reduce with {op}; use SUM, AVG, PRODUCT, MIN, "
-                     "MAX, BAND or BOR.")
-
-
 class ProcessGroupXla(ProcessGroup):
-    """Every process of the job; collectives become XLA collectives in the step's graph."""
+    """A `torch.distributed` group whose collectives become XLA collectives in the step."""
 
-    def __init__(self, store: Any, rank: int, size: int, timeout: datetime.timedelta) -> None:
+    def __init__(self, prefix_store: Any, rank: int, size: int,
+                 timeout: datetime.timedelta) -> None:
         super().__init__(rank, size)
-        if size != xr.world_size():
-            raise NotImplementedError(
-                f"The xla backend supports only the group of every process ({xr.world_size()}); "
-                f"a group of {size} was requested. Use xm collectives with `groups=` for "
-                "replica groups."
-            )
-        self._store = store
-        self._timeout = timeout
+        self.prefix_store = prefix_store
+        self.timeout = timeout
+        self._mesh: list[list[int]] = []  # replica groups; [] is one group of everyone
+        self._group_name = ""
 
     def getBackendName(self) -> str:  # noqa: N802 - torch's name
         return BACKEND
 
-    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
-        reduce_type, scale = _reduce_type(opts)
-        xm.all_reduce(reduce_type, tensors, scale=scale)
-        return _done(tensors)
+    def _set_group_name(self, name: str) -> None:
+        self._group_name = name
 
-    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
+    @property
+    def group_name(self) -> str:
+        return self._group_name
+
+    # --- helpers ------------------------------------------------------------------
+
+    def _groups(self) -> list[list[int]] | None:
+        return self._mesh or None
+
+    def _group_size(self) -> int:
+        return len(self._mesh[0]) if self._mesh else self.size()
+
+    def _reduce_type(self, op: Any) -> tuple[str, float]:
+        """(xm reduce type, scale) for a `ReduceOp` (AVG is SUM scaled by the group size)."""
+        if op == ReduceOp.AVG:
+            return xm.REDUCE_SUM, 1.0 / self._group_size()
+        for known, reduce_type in _REDUCE_TYPES.items():
+            if op == known:
+                return reduce_type, 1.0
+        raise NotImplementedError(
+            f"The xla backend cannot reduce with {op}; use SUM, AVG, PRODUCT, MIN, MAX, BAND "
+            "or BOR."
+        )
+
+    # --- all-reduce and broadcast ---------------------------------------------------
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
+        reduce_type, scale = self._reduce_type(opts.reduceOp if opts else ReduceOp.SUM)
+        if self._group_size() > 1 or scale != 1.0:
+            xm.all_reduce(reduce_type, tensors, scale=scale, groups=self._groups(),
+                          pin_layout=False)
+        return _ret_work(tensors)
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
+        root = opts.rootRank if opts is not None else 0
+        if self._group_size() > 1:
+            # Every process passes its own group's root: the 1-or-0 factor is data.
+            xm.collective_broadcast(tensors, self._global_rank_of(root), groups=self._groups(),
+                                    pin_layout=False)
+        return _ret_work(tensors)
+
+    def _global_rank_of(self, group_rank: int) -> int:
+        """The global ordinal of rank `group_rank` of this process's replica group."""
+        if not self._mesh:
+            return group_rank
+        me = xr.global_ordinal()
+        mine = next((g for g in self._mesh if me in g), None)
+        if mine is None:
+            raise ValueError(f"Process {me} is in none of this group's replica groups "
+                             f"{self._mesh}.")
+        return mine[group_rank]
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
+        # Every rank gets the result; torch only promises it on the root.
         return self.allreduce(tensors, opts)
 
-    def allgather(self, outputs: list[list[torch.Tensor]], inputs: list[torch.Tensor],
-                  opts: Any = None) -> Work:
-        for out_list, value in zip(outputs, inputs, strict=True):
-            gathered = xm.all_gather(value.unsqueeze(0), dim=0)
+    # --- all-gather -----------------------------------------------------------------
+
+    def _gathered(self, value: torch.Tensor) -> tuple[torch.Tensor, bool]:
+        """Every group member's `value`, concatenated along dim 0 (0-d values as 1-d)."""
+        scalar = value.dim() == 0
+        value = value.reshape(1) if scalar else value
+        return xm.all_gather(value, dim=0, groups=self._groups(), pin_layout=False), scalar
+
+    def allgather(self, output_tensors_list: list[list[torch.Tensor]],
+                  input_tensors: list[torch.Tensor], opts: Any = None) -> Work:
+        for value, outputs in zip(input_tensors, output_tensors_list, strict=True):
+            gathered, scalar = self._gathered(value)
+            parts = torch.split(gathered, 1 if scalar else value.shape[0])
             with torch.no_grad():
-                for k, out in enumerate(out_list):
-                    out.copy_(gathered[k])
-        return _done(outputs)
+                for out, part in zip(outputs, parts, strict=False):
+                    out.copy_(part.reshape(()) if scalar else part)
+        return _ret_work([t for outputs in output_tensors_list for t in outputs])
+
+    def allgather_coalesced(self, output_tensors_list: list[list[torch.Tensor]],
+                            input_tensors: list[torch.Tensor], opts: Any = None) -> Work:
+        return self.allgather(output_tensors_list, input_tensors, opts)
 
     def _allgather_base(self, output: torch.Tensor, value: torch.Tensor,
                         opts: Any = None) -> Work:
+        """`all_gather_into_tensor`: `output` holds the parts concatenated or stacked."""
+        gathered, _ = self._gathered(value)
+        if gathered.shape != output.shape:
+            gathered = gathered.reshape(output.shape) if gathered.numel() == output.numel() \
+                else None
+        if gathered is None:
+            raise ValueError(
+                f"all_gather_into_tensor: input shape {tuple(value.shape)} and output shape "
+                f"{tuple(output.shape)} are not compatible for a group of "
+                f"{self._group_size()}; the output must hold the inputs concatenated along "
+                "dim 0 or stacked."
+            )
         with torch.no_grad():
-            output.copy_(xm.all_gather(value, dim=0).view_as(output))
-        return _done(output)
+            output.copy_(gathered)
+        return _ret_work([output])
 
     def all_gather_single(self, output: torch.Tensor, value: torch.Tensor,
                           opts: Any = None) -> Work:
@@ -105,103 +174,177 @@ class ProcessGroupXla(ProcessGroup):
                                         inputs: list[torch.Tensor], opts: Any = None) -> Work:
         for output, value in zip(outputs, inputs, strict=True):
             self._allgather_base(output, value, opts)
-        return _done(outputs)
+        return _ret_work(outputs)
 
-    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
-        root = opts.rootRank if opts is not None else 0
-        for t in tensors:
-            # The root flag is data, so every process records the same graph.
-            is_root = torch.tensor(self.rank() == root).to(t.device)
-            mine = torch.where(is_root, t, torch.zeros_like(t))
-            if t.dtype == torch.bool:
-                value = xm.all_reduce(xm.REDUCE_OR, mine)
-            else:
-                value = xm.all_reduce(xm.REDUCE_SUM, mine)
-            with torch.no_grad():
-                t.copy_(value)
-        return _done(tensors)
+    # --- reduce-scatter and all-to-all ------------------------------------------------
 
-    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
-        # Every rank gets the result; torch only promises it on the root.
-        return self.allreduce(tensors, opts)
+    def _reduce_scatter_into(self, output: torch.Tensor, value: torch.Tensor, opts: Any) -> None:
+        reduce_type, scale = self._reduce_type(opts.reduceOp if opts else ReduceOp.SUM)
+        xm.reduce_scatter(reduce_type, value, scale, 0, self._group_size(),
+                          groups=self._groups(), output=output, pin_layout=False)
 
-    def reduce_scatter(self, outputs: list[torch.Tensor], inputs: list[list[torch.Tensor]],
-                       opts: Any = None) -> Work:
-        reduce_type, scale = _reduce_type(opts)
-        for output, parts in zip(outputs, inputs, strict=True):
-            stacked = torch.stack(list(parts))
-            part = xm.reduce_scatter(reduce_type, stacked, scale, 0, self.size())
-            with torch.no_grad():
-                output.copy_(part[0])
-        return _done(outputs)
+    def reduce_scatter(self, output_tensors: list[torch.Tensor],
+                       input_tensors_list: list[list[torch.Tensor]], opts: Any = None) -> Work:
+        for output, parts in zip(output_tensors, input_tensors_list, strict=True):
+            shapes = {tuple(p.shape) for p in parts}
+            if len(shapes) != 1:
+                raise ValueError(f"reduce_scatter: every input must have one shape, got "
+                                 f"{[tuple(p.shape) for p in parts]}.")
+            self._reduce_scatter_into(output, torch.cat(list(parts)), opts)
+        return _ret_work(output_tensors)
+
+    def reduce_scatter_coalesced(self, output_tensors: list[torch.Tensor],
+                                 input_tensors_list: list[list[torch.Tensor]],
+                                 opts: Any = None) -> Work:
+        return self.reduce_scatter(output_tensors, input_tensors_list, opts)
 
     def _reduce_scatter_base(self, output: torch.Tensor, value: torch.Tensor,
                              opts: Any = None) -> Work:
-        reduce_type, scale = _reduce_type(opts)
-        with torch.no_grad():
-            output.copy_(xm.reduce_scatter(reduce_type, value, scale, 0, self.size()))
-        return _done(output)
+        self._reduce_scatter_into(output, value, opts)
+        return _ret_work(output)
 
     def reduce_scatter_single(self, output: torch.Tensor, value: torch.Tensor,
                               opts: Any = None) -> Work:
         return self._reduce_scatter_base(output, value, opts)
 
+    def reduce_scatter_tensor_coalesced(self, outputs: list[torch.Tensor],
+                                        inputs: list[torch.Tensor], opts: Any = None) -> Work:
+        for output, value in zip(outputs, inputs, strict=True):
+            self._reduce_scatter_into(output, value, opts)
+        return _ret_work(outputs)
+
     def alltoall_base(self, output: torch.Tensor, value: torch.Tensor,
-                      output_split_sizes: list[int], input_split_sizes: list[int],
+                      output_split_sizes: list[int] | None, input_split_sizes: list[int] | None,
                       opts: Any = None) -> Work:
         if output_split_sizes or input_split_sizes:
-            raise NotImplementedError("The xla backend's all_to_all_single needs equal splits "
-                                      "(no split sizes).")
+            raise NotImplementedError(
+                "The xla backend's all_to_all_single needs equal splits: XLA's all-to-all "
+                f"cannot take split sizes (got {input_split_sizes} / {output_split_sizes})."
+            )
+        result = xm.all_to_all(value, 0, 0, self._group_size(), groups=self._groups(),
+                               pin_layout=False)
         with torch.no_grad():
-            output.copy_(xm.all_to_all(value, 0, 0, self.size()))
-        return _done(output)
+            output.copy_(result)
+        return _ret_work(output)
+
+    def all_to_all_single(self, output: torch.Tensor, value: torch.Tensor,
+                          output_split_sizes: list[int] | None,
+                          input_split_sizes: list[int] | None, opts: Any = None) -> Work:
+        return self.alltoall_base(output, value, output_split_sizes, input_split_sizes, opts)
 
     def barrier(self, opts: Any = None) -> Work:
         xm.rendezvous("torch_xla.distributed.xla_backend.barrier")
-        return _done(None)
+        return _ret_work([])
 
-    def _unsupported(self, name: str) -> None:
+    # --- not supported (as in PyTorch/XLA) ---------------------------------------
+
+    def _unsupported(self, name: str) -> Work:
         raise NotImplementedError(
-            f"torch.distributed.{name} is not supported by the xla backend; use a gloo "
-            "process group on CPU tensors for it."
+            f"ProcessGroupXla.{name} is not supported by the xla backend; use a gloo process "
+            "group on CPU tensors for it."
         )
 
-    def send(self, *args: Any) -> Work:
-        self._unsupported("send")
+    def allreduce_coalesced(self, *args: Any) -> Work:
+        return self._unsupported("allreduce_coalesced (use dist.all_reduce per tensor)")
 
-    def recv(self, *args: Any) -> Work:
-        self._unsupported("recv")
-
-    def recv_anysource(self, *args: Any) -> Work:
-        self._unsupported("recv")
+    def alltoall(self, *args: Any) -> Work:
+        return self._unsupported("alltoall (use all_to_all_single)")
 
     def gather(self, *args: Any) -> Work:
-        self._unsupported("gather")
+        return self._unsupported("gather")
 
     def scatter(self, *args: Any) -> Work:
-        self._unsupported("scatter")
+        return self._unsupported("scatter")
+
+    def send(self, *args: Any) -> Work:
+        return self._unsupported("send")
+
+    def recv(self, *args: Any) -> Work:
+        return self._unsupported("recv")
+
+    def recv_anysource(self, *args: Any) -> Work:
+        return self._unsupported("recv_anysource")
+
+    def monitored_barrier(self, *args: Any) -> Work:
+        return self._unsupported("monitored_barrier (use barrier)")
+
+    def Options(self, *args: Any) -> Any:  # noqa: N802 - torch's name
+        return self._unsupported("Options")
 
 
-def _create(store: Any, rank: int, size: int, timeout: datetime.timedelta) -> ProcessGroupXla:
-    return ProcessGroupXla(store, rank, size, timeout)
+# --- creating groups -----------------------------------------------------------------
 
 
-def _rendezvous(url: str, timeout: datetime.timedelta = dist.default_pg_timeout,
-                **kwargs: Any) -> Iterator[tuple[Any, int, int]]:
-    """`xla://`: rank and size from the runtime, a TCP store on MASTER_ADDR:MASTER_PORT."""
-    rank, size = xr.global_ordinal(), xr.world_size()
-    host = os.environ.get("MASTER_ADDR", "localhost")
-    port = os.environ.get("MASTER_PORT")
-    if not port:
-        raise ValueError(
-            "init_method='xla://' needs MASTER_PORT (xmp.spawn sets it; with another launcher "
-            "export MASTER_ADDR and MASTER_PORT)."
-        )
-    store = dist.TCPStore(host, int(port), size, is_master=rank == 0, timeout=timeout)
-    yield store, rank, size
-    raise RuntimeError("the xla:// rendezvous cannot be restarted")
+def _create_xla_process_group(prefix_store: Any, rank: Any = None, size: int | None = None,
+                              timeout: datetime.timedelta | None = None) -> ProcessGroupXla:
+    """The backend's creator. torch calls it with its extended arguments (the backend
+    options, then the group's `pg_options`); PyTorch/XLA's tests call it as
+    `(prefix_store, rank, size, timeout)`."""
+    if not isinstance(prefix_store, _DistributedBackendOptions):
+        return ProcessGroupXla(prefix_store, rank, size, timeout or dist.default_pg_timeout)
+    options, pg_options = prefix_store, rank
+    group = ProcessGroupXla(options.store, options.group_rank, options.group_size,
+                            options.timeout)
+    group._mesh = _mesh_for(list(options.global_ranks_in_group), pg_options)
+    return group
+
+
+def _mesh_for(ranks: list[int], pg_options: Any) -> list[list[int]]:
+    """The replica groups of a group of global `ranks` ([] for the default group)."""
+    world = dist.group.WORLD
+    if not ranks or world is None:
+        return []
+    if not isinstance(world, ProcessGroupXla):
+        raise RuntimeError("The xla backend needs the default process group to be an xla one; "
+                           f"it is {type(world).__name__}. Call "
+                           "dist.init_process_group('xla', init_method='xla://') first.")
+    size = world.size()
+    options = pg_options.get("xla_pg_options", {}) if isinstance(pg_options, dict) else {}
+    if ranks == list(range(size)):
+        return [ranks]
+    if len(ranks) == 1:
+        if not 0 <= ranks[0] < size:
+            raise ValueError(f"Rank {ranks[0]} is out of range for world size {size}.")
+        return [[r] for r in range(size)]
+    if 1 < len(ranks) < size:
+        if options.get("mesh") is not None:
+            return [list(g) for g in options["mesh"]]
+        if options.get("spmd"):
+            return infer_mesh(ranks, size)
+        return [ranks]
+    logger.warning("Cannot infer the replica groups of ranks %s in a world of %d; the group "
+                   "runs its collectives over every process.", ranks, size)
+    return []
+
+
+def infer_mesh(slice_ranks: list[int], world_size: int) -> list[list[int]]:
+    """The rectangular mesh of `world_size` ranks of which `slice_ranks` is a row (a run of
+    consecutive ranks) or a column (ranks `world_size // len` apart), as PyTorch/XLA infers.
+
+    Raises ValueError when `slice_ranks` is neither.
+    """
+    count = len(slice_ranks)
+    if world_size % count != 0:
+        raise ValueError(f"A group of {count} ranks cannot be a side of a rectangle of "
+                         f"{world_size} ranks: {slice_ranks}.")
+    start = slice_ranks[0]
+    step = slice_ranks[1] - start
+    if slice_ranks != list(range(start, start + step * count, step)):
+        raise ValueError(f"Ranks {slice_ranks} are not evenly spaced: not a row or column of "
+                         "a mesh.")
+    rows = world_size // count
+    if step == 1:
+        if start % count != 0:
+            raise ValueError(f"Row {slice_ranks} does not start at a multiple of {count} in a "
+                             f"world of {world_size}.")
+        return [list(range(i * count, (i + 1) * count)) for i in range(rows)]
+    if start >= rows or step != rows:
+        raise ValueError(f"Column {slice_ranks} of a world of {world_size} must start below "
+                         f"{rows} and step by {rows}.")
+    return [list(range(i, world_size, rows)) for i in range(rows)]
 
 
 if BACKEND not in dist.Backend.backend_list:
-    dist.Backend.register_backend(BACKEND, _create, devices=["xla"])
-    dist.register_rendezvous_handler("xla", _rendezvous)
+    dist.Backend.register_backend(BACKEND, _create_xla_process_group, extended_api=True,
+                                  devices=["xla"])
+    dist.register_rendezvous_handler("xla", rendezvous.pjrt_rendezvous_handler)

@@ -5,10 +5,13 @@
         ...                            # xm.optimizer_step averages gradients
     xmp.spawn(_mp_fn, args=(0.1,))
 
-`spawn` starts one process per device of the active plugin (its
+`spawn` starts one process per chip of the active plugin (its
 `physical_chip_count()`), or `nprocs` of them. Each child configures its plugin
 for its rank, joins the job's coordinator (hosted by process 0 on a free local
-port) and calls `fn(global_ordinal, *args)`. If any process raises, exits or is
+port) and calls `fn(global_ordinal, *args)`. A plugin whose processes drive
+several devices each (`devices_per_process()`, e.g. the CPU plugin with
+CPU_DEVICES_PER_PROCESS) gets one thread per device in each process, each thread
+calling `fn` with its own device's ordinal. If any process raises, exits or is
 killed before returning, the others are stopped and `spawn` raises
 `ProcessFailedError` naming that process with its traceback, exit code or signal;
 otherwise it returns `{ordinal: fn's return value}`.
@@ -29,7 +32,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
-from torch_xla.pjrt import distributed
+from torch_xla.pjrt import distributed, threads
 from torch_xla.plugins import registry
 
 # How long the parent waits for a failed child to finish exiting, so it can name the exit code.
@@ -139,14 +142,20 @@ def _child(
         import torch_xla.core.xla_model as xm
         import torch_xla.runtime as xr
 
-        result = fn(xr.global_ordinal(), *args)
+        if registry.active().plugin.devices_per_process() > 1:
+            _check_device_count(xr.addressable_device_count())
+            status, result = "ok-threads", run_on_each_device(fn, args)
+        else:
+            status, result = "ok", fn(xr.global_ordinal(), *args)
         xm.wait_device_ops()
         # Plain pickle, not multiprocessing's: tensors travel by value, not as shared
         # memory that would vanish with this process.
         try:
-            message = pickle.dumps(("ok", result))
+            message = pickle.dumps((status, result))
         except (pickle.PicklingError, TypeError, AttributeError):
-            message = pickle.dumps(("ok", None))  # the return value cannot cross processes
+            # the return values cannot cross processes
+            message = pickle.dumps((status, {k: None for k in result} if status == "ok-threads"
+                                    else None))
         report.send_bytes(message)
     except BaseException as error:  # noqa: BLE001 - reported to the parent, then exit
         text = f"{type(error).__name__}: {error}\n{traceback.format_exc()}"
@@ -157,6 +166,30 @@ def _child(
     # Together with the others: process 0 hosts the coordinator, and leaving first would
     # abort the rest. A forked child exits without atexit handlers, jax's own leave included.
     distributed.leave()
+
+
+def run_on_each_device(fn: Callable, args: tuple = ()) -> dict[int, Any]:
+    """`fn(ordinal, *args)` in one thread per device of this process, each thread on its
+    own device (its `torch_xla.device()`), as replicas; results by global ordinal."""
+    import torch_xla.runtime as xr
+
+    def on_my_device() -> tuple[int, Any]:
+        ordinal = xr.global_ordinal()
+        return ordinal, fn(ordinal, *args)
+
+    count = xr.addressable_device_count()
+    return dict(threads.run(on_my_device, range(count), distributed.collective_timeout))
+
+
+def _check_device_count(count: int) -> None:
+    active = registry.active()
+    expected = active.plugin.devices_per_process()
+    if count != expected:
+        raise RuntimeError(
+            f"The {active.name} plugin ({active.plugin!r}) declares {expected} devices per "
+            f"process, but this process's client shows {count}; its configure_multiprocess() "
+            "must give each spawned process exactly devices_per_process() devices."
+        )
 
 
 def _exit_code_for(error: BaseException) -> int:
@@ -198,7 +231,8 @@ class SpawnContext:
         self._reports = reports
 
     def join(self) -> dict[int, Any]:
-        """Every process's result by rank; or stop them all and raise `ProcessFailedError`."""
+        """Every process's result by rank (by global ordinal, one per thread, where processes
+        drive several devices); or stop them all and raise `ProcessFailedError`."""
         results: dict[int, Any] = {}
         waiting: dict[Any, int] = {}  # each process's report pipe and exit sentinel -> its rank
         for rank, (conn, process) in enumerate(zip(self._reports, self.processes, strict=True)):
@@ -212,7 +246,7 @@ class SpawnContext:
                     if kind == "failed":
                         failures.append(value)
                     elif kind == "returned":
-                        results[rank] = value
+                        results.update(value)
                         _forget(waiting, rank)
                     elif kind == "pipe closed":
                         del waiting[self._reports[rank]]  # only its exit is left to wait for
@@ -239,7 +273,9 @@ class SpawnContext:
             process.join(timeout=_EXIT_GRACE_S)
             return _failed_or(rank, process, "pipe closed")
         if status == "ok":
-            return "returned", value
+            return "returned", {rank: value}
+        if status == "ok-threads":
+            return "returned", value  # already by ordinal
         process.join(timeout=_EXIT_GRACE_S)
         return "failed", _raised(rank, process.exitcode, value)
 

@@ -13,6 +13,7 @@ Modules, bottom-up (each imports only those above it in this list):
   replicas      compiling and running programs that span every process's device
   compiler      a walked graph as one jitted JAX function; the in-memory program cache
   graph         sync, mark_step, materialize: walk, look up or compile, execute
+  eager         eager mode: each recorded op compiled (once) and run at once
   fallback      running an op on the CPU
   dispatch      choosing the rule for each ATen op, and recording
   special       the engine's own rules, registered into dispatch's table

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
@@ -18,7 +20,7 @@ import jax
 from torch_xla import _metrics
 from torch_xla.lazy import dtype_policy, ir, replicas
 from torch_xla.lowering import policy
-from torch_xla.pjrt.client import client
+from torch_xla.pjrt.client import TRACE_EXECUTE, client
 
 # PyTorch/XLA's name and default for the number of compiled graphs kept in memory.
 CACHE_SIZE_VARIABLE = "XLA_COMPILATION_CACHE_SIZE"
@@ -46,9 +48,10 @@ class Program:
         self.replicated = replicated
 
     def run(self, arrays: list) -> list:
-        if self.replicated:
-            return replicas.execute(self.compiled, arrays)
-        return self.compiled(*arrays)
+        with jax.profiler.TraceAnnotation(TRACE_EXECUTE):
+            if self.replicated:
+                return replicas.execute(self.compiled, arrays)
+            return self.compiled(*arrays)
 
 
 class ProgramCache:
@@ -57,18 +60,21 @@ class ProgramCache:
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self._programs: OrderedDict[tuple, Program] = OrderedDict()
+        self._lock = threading.Lock()  # threads driving several devices share the cache
 
     def get(self, key: tuple) -> Program | None:
-        program = self._programs.get(key)
-        if program is not None:
-            self._programs.move_to_end(key)
-        return program
+        with self._lock:
+            program = self._programs.get(key)
+            if program is not None:
+                self._programs.move_to_end(key)
+            return program
 
     def put(self, key: tuple, program: Program) -> None:
-        self._programs[key] = program
-        while len(self._programs) > self.capacity:
-            self._programs.popitem(last=False)
-            _metrics.counter("CompilationCacheEvictions").inc()
+        with self._lock:
+            self._programs[key] = program
+            while len(self._programs) > self.capacity:
+                self._programs.popitem(last=False)
+                _metrics.counter("CompilationCacheEvictions").inc()
 
     def __len__(self) -> int:
         return len(self._programs)
@@ -102,7 +108,6 @@ def cache() -> ProgramCache:
     return _cache
 
 
-# --- building the JAX function ----------------------------------------------------------
 def _forget_programs() -> None:
     """Programs lowered with another matmul precision must not run again."""
     if _cache is not None:
@@ -112,6 +117,7 @@ def _forget_programs() -> None:
 policy.on_matmul_precision_change(_forget_programs)
 
 
+# --- building the JAX function ----------------------------------------------------------
 
 
 def _rebuild(template: Any, ins: list) -> Any:
@@ -151,8 +157,15 @@ def _lower_node(step: _Step, ins: list) -> tuple:
             f"Lowering {step.op} failed for inputs {step.in_avals}{_where(step)}: "
             f"{type(error).__name__}: {error}"
         ) from error
-    outs = tuple(out) if isinstance(out, (tuple, list)) else (out,)
-    return tuple(_check(step, o, aval) for o, aval in zip(outs, step.avals, strict=False))
+    return tuple(_check(step, o, aval) for o, aval in zip(_flat(out), step.avals, strict=False))
+
+
+def _flat(out: Any) -> tuple:
+    """A lowering's outputs in node order: a list inside a returned tuple (an op returning
+    `(Tensor[], Tensor)`) is spread, as `dispatch` made one node output per tensor."""
+    if not isinstance(out, (tuple, list)):
+        return (out,)
+    return tuple(x for o in out for x in (o if isinstance(o, (tuple, list)) else (o,)))
 
 
 def _check(step: _Step, out: Any, aval: Any) -> Any:
@@ -192,20 +205,25 @@ def graph_function(order: list, position: dict, leaves: list, values: list) -> C
     return graph_fn
 
 
-def compile(device: int, order: list, position: dict, leaves: list, values: list) -> Program:
-    """Compile the graph computing `values` (its nodes in post-`order`) on `device`."""
+def compile(device: int, order: list, position: dict, leaves: list, values: list,
+            eager: bool = False) -> Program:
+    """Compile the graph computing `values` (its nodes in post-`order`) on `device`;
+    `eager`: the graph is one op of eager mode."""
     graph_fn = graph_function(order, position, leaves, values)
     args = [leaf.array for leaf in leaves]
-    fingerprint = stable_key(device, order, position, values)
     if any(getattr(n.rule, "collective", False) for n in order):
         out_avals = [n.avals[i] for n, i in values]
+        # One program for every replica: its name leaves out which device recorded it.
+        fingerprint = stable_key(device, order, position, values, replica=True)
         return Program(replicas.compile(graph_fn, args, out_avals, fingerprint), replicated=True)
-    return Program(client().compile(fingerprint, graph_fn, *args))
+    fingerprint = stable_key(device, order, position, values)
+    return Program(client().compile(fingerprint, graph_fn, *args, eager=eager))
 
 
-def stable_key(device: int, order, position, values) -> str:
-    """A process-independent name for the persistent compilation cache."""
-    text = [f"graph-abi-{GRAPH_ABI}", client().name, str(device),
+def stable_key(device: int, order, position, values, replica: bool = False) -> str:
+    """A process-independent name for the persistent compilation cache; with `replica`,
+    the same on every replica device (factories' `device=xla:N` arguments left out)."""
+    text = [f"graph-abi-{GRAPH_ABI}", client().name, "replica" if replica else str(device),
             str(client().device(device).device_kind),
             # what else changes the lowering: storage types and the plugin's policies
             repr(sorted((str(k), str(v)) for k, v in dtype_policy.STORAGE.items())),
@@ -214,4 +232,10 @@ def stable_key(device: int, order, position, values) -> str:
         refs = [(position[id(c)], i) for c, i in n.inputs]
         text.append(f"{n.op}|{n.template!r}|{refs}|{n.avals}|{getattr(n.rule, '__qualname__', '')}")
     text.append(repr([(position[id(n)], i) for n, i in values]))
-    return hashlib.sha256("\n".join(text).encode()).hexdigest()
+    joined = "\n".join(text)
+    if replica:
+        joined = _XLA_DEVICE.sub("device(type='xla')", joined)
+    return hashlib.sha256(joined.encode()).hexdigest()
+
+
+_XLA_DEVICE = re.compile(r"device\(type='xla', index=\d+\)")

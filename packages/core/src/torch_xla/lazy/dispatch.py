@@ -6,11 +6,16 @@ whole decision order. The engine's own rules (`special.py`) register into
 the arguments without pytree, looks the output shapes up in a cache keyed by
 (op, static args, input shapes/dtypes, scalar types) and only on a miss runs
 the op on meta tensors. A random op also takes its key as an input (`rng.py`).
+
+Each op the engine handles itself (a lowering or an engine rule) counts
+`xla::<op>` and adds its host time to `LazyTracing`, as PyTorch/XLA does; an op
+run on the CPU counts `aten::<op>` instead (`fallback.py`).
 """
 
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -18,10 +23,11 @@ import torch
 from torch._ops import OpOverload
 from torch.utils import _pytree as pytree
 
-from torch_xla import lowering
+from torch_xla import _metrics, lowering
 from torch_xla.lazy import fallback, ir, nodes, rewrites, rng, tensor
 from torch_xla.lazy.nodes import Lifted
-from torch_xla.lazy.tensor import XLATensor, device_mismatch_error
+from torch_xla.lazy.tensor import XLATensor, device_index, device_mismatch_error
+from torch_xla.pjrt import threads
 
 aten = torch.ops.aten
 Rule = Callable[[OpOverload, tuple, dict], Any]
@@ -29,7 +35,19 @@ Rule = Callable[[OpOverload, tuple, dict], Any]
 # The engine's own rules for ops that need the engine itself (transfers, copies, empty,
 # host reads), filled by `special.py`; they win over every other rule.
 SPECIAL: dict[OpOverload, Rule] = {}
-_rules: dict[OpOverload, Rule] = {}
+
+# Overloads run on the CPU although a lowering exists, each with the reason.
+ON_CPU: dict[OpOverload, str] = {
+    aten.median.default: (
+        "PyTorch/XLA has no lowering for median and runs it on the CPU; programs and tests "
+        "written for it expect `aten::median` among met.executed_fallback_ops() (the "
+        "median.dim overload keeps its lowering)"),
+}
+
+# op -> (rule, its xla::<op> counter or None): chosen once per overload.
+_rules: dict[OpOverload, tuple[Rule, _metrics.Counter | None]] = {}
+_TRACING = _metrics.metric("LazyTracing")
+_perf_counter = time.perf_counter
 _FALLBACK = object()  # shape-cache entry: the op cannot be recorded for these inputs
 _shape_cache: dict[tuple, Any] = {}
 _SLOTS = [ir.Slot(i) for i in range(64)]
@@ -51,16 +69,32 @@ def special(*ops: OpOverload | None) -> Callable[[Rule], Rule]:
 
 
 def run(func: OpOverload, args: tuple, kwargs: dict) -> Any:
-    rule = _rules.get(func)
-    if rule is None:
-        rule = _rules[func] = choose_rule(func)
-    return rule(func, args, kwargs)
+    start = _perf_counter()
+    entry = _rules.get(func)
+    if entry is None:
+        entry = _rules[func] = _rule_entry(func)
+    rule, counter = entry
+    out = rule(func, args, kwargs)
+    if counter is not None:
+        counter.value += 1
+    _TRACING.add_since(start)
+    return out
+
+
+def _rule_entry(func: OpOverload) -> tuple[Rule, _metrics.Counter | None]:
+    rule = choose_rule(func)
+    own = func in SPECIAL or (rule is not fallback.run_cpu and not _mutates(func)
+                              and lowering.lookup(func) is not None)
+    name = func._schema.name.partition("::")[2]
+    return rule, _metrics.counter(f"xla::{name}") if own else None
 
 
 def choose_rule(func: OpOverload) -> Rule:
     own = SPECIAL.get(func)
     if own is not None:
         return own
+    if func in ON_CPU:
+        return fallback.run_cpu
     if _mutates(func):
         inplace = rewrites.inplace_as_functional(func)
         return inplace if inplace is not None else fallback.run_cpu  # out= variants
@@ -121,16 +155,17 @@ def input_values(tensors: list, device: int | None) -> tuple[list, int]:
                 device = t._node.device
                 break
         else:
-            device = 0
+            device = threads.current_index()
     values = []
     for t in tensors:
-        if type(t) is Lifted:
-            t = nodes.device_scalar(t.value, _scalar_dtype(tensors), device)
-        elif type(t) is not XLATensor:
-            t = nodes.as_xla(t, device)
-        elif t._node.device != device:
-            raise device_mismatch_error(device, t._node.device)
-        values.append((t._node, t._index))
+        if type(t) is XLATensor:
+            if t._node.device != device:
+                raise device_mismatch_error(device, t._node.device)
+            values.append((t._node, t._index))
+        elif type(t) is Lifted:
+            values.append((nodes.lifted_data(t.value, _scalar_dtype(tensors), device), 0))
+        else:
+            values.append(nodes.as_value(t, device))
     return values, device
 
 
@@ -149,7 +184,7 @@ def _device_arg(kwargs: dict) -> int | None:
     device = kwargs.get("device")
     if device is None:
         return None
-    return torch.device(device).index or 0
+    return device_index(device)
 
 
 def record(func: OpOverload, entry: lowering.Lowering, args: tuple, kwargs: dict) -> Any:
@@ -206,7 +241,21 @@ def _infer(func: OpOverload, args: tuple, kwargs: dict, key: tuple) -> Any:
     ):
         avals = tuple(None if o is None else (tuple(o.shape), o.dtype) for o in out)
         return avals, type(out), hash(key)
+    if isinstance(out, tuple) and all(isinstance(o, (torch.Tensor, list)) for o in out):
+        # (Tensor[], Tensor) returns (_amp_foreach_non_finite_check_and_unscale, the fused
+        # optimizers): one aval per tensor, the lists rebuilt around the node's outputs
+        sizes = tuple(len(o) if isinstance(o, list) else None for o in out)
+        flat = [t for o in out for t in (o if isinstance(o, list) else [o])]
+        if all(isinstance(t, torch.Tensor) for t in flat):
+            avals = tuple((tuple(t.shape), t.dtype) for t in flat)
+            return avals, functools.partial(_nest, sizes), hash(key)
     return _FALLBACK
+
+
+def _nest(sizes: tuple, values: Any) -> tuple:
+    """Flat outputs grouped as the op returns them: `sizes[i]` values as a list, None: one."""
+    values = iter(values)
+    return tuple(next(values) if n is None else [next(values) for _ in range(n)] for n in sizes)
 
 
 def record_lowered(func: OpOverload, args: tuple, kwargs: dict) -> Any:

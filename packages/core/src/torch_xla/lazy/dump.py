@@ -11,8 +11,12 @@
   SYNC_TENSORS_OPBYOP=1 (`mark_step`) compile and run one computation per IR node
   instead of one per graph, to find which op gives a wrong value or fails in XLA.
 
-Variables are read once, at import; with none set the per-sync cost is one
-attribute test.
+Variables are read at import and again at the process's first sync (a program may
+set them after `import torch_xla`, as PyTorch/XLA reads them at first use), then
+fixed; with none set the per-sync cost is one attribute test. Under `xmp.spawn`
+or with replica threads each replica writes its graphs to `path.<global ordinal>`.
+`ir_text` is the one IR printer: the text dumps and
+`torch_xla._XLAC._get_xla_tensors_text` both use it.
 """
 
 from __future__ import annotations
@@ -23,22 +27,41 @@ import traceback
 from typing import Any
 
 from torch_xla import _metrics
-from torch_xla.lazy import ir
+from torch_xla.lazy import dtype_policy, ir
 
-SAVE_FILE = os.environ.get("XLA_SAVE_TENSORS_FILE") or None
-SAVE_FORMAT = (os.environ.get("XLA_SAVE_TENSORS_FMT") or "text").lower()
-METRICS_FILE = os.environ.get("XLA_METRICS_FILE") or None
-SYNC_WAIT = os.environ.get("XLA_SYNC_WAIT", "0") not in ("", "0", "false", "False")
-GET_OPBYOP = os.environ.get("GET_TENSORS_OPBYOP", "0") not in ("", "0", "false", "False")
-SYNC_OPBYOP = os.environ.get("SYNC_TENSORS_OPBYOP", "0") not in ("", "0", "false", "False")
-FRAMES = ir.IR_DEBUG or os.environ.get("XLA_HLO_DEBUG", "0") not in ("", "0")
 FORMATS = ("text", "dot", "hlo")
+# Set by `configure()`: at import, and again at the first sync (graph.py checks READ).
+SAVE_FILE: str | None = None
+SAVE_FORMAT = "text"
+METRICS_FILE: str | None = None
+SYNC_WAIT = GET_OPBYOP = SYNC_OPBYOP = FRAMES = False
+READ = False  # whether the first sync has read the variables
 
-if SAVE_FILE and SAVE_FORMAT not in FORMATS:
-    raise ValueError(
-        f"XLA_SAVE_TENSORS_FMT={SAVE_FORMAT!r} is not one of {FORMATS}; "
-        "unset it for the default (text)."
-    )
+
+def _flag(name: str) -> bool:
+    return os.environ.get(name, "0") not in ("", "0", "false", "False")
+
+
+def configure(at_sync: bool = False) -> None:
+    """Read the variables (see the module docstring)."""
+    global SAVE_FILE, SAVE_FORMAT, METRICS_FILE, SYNC_WAIT, GET_OPBYOP, SYNC_OPBYOP, FRAMES
+    global READ
+    save_format = (os.environ.get("XLA_SAVE_TENSORS_FMT") or "text").lower()
+    save_file = os.environ.get("XLA_SAVE_TENSORS_FILE") or None
+    if save_file and save_format not in FORMATS:
+        raise ValueError(
+            f"XLA_SAVE_TENSORS_FMT={save_format!r} is not one of {FORMATS}; "
+            "unset it for the default (text)."
+        )
+    SAVE_FILE, SAVE_FORMAT = save_file, save_format
+    METRICS_FILE = os.environ.get("XLA_METRICS_FILE") or None
+    SYNC_WAIT, GET_OPBYOP = _flag("XLA_SYNC_WAIT"), _flag("GET_TENSORS_OPBYOP")
+    SYNC_OPBYOP = _flag("SYNC_TENSORS_OPBYOP")
+    FRAMES = ir.IR_DEBUG or os.environ.get("XLA_HLO_DEBUG", "0") not in ("", "0")
+    READ = at_sync
+
+
+configure()
 
 _lock = threading.Lock()
 _INTERNAL = (os.sep + "torch_xla" + os.sep, os.sep + "torch" + os.sep)
@@ -55,34 +78,63 @@ def _user_frames() -> str:
     return "".join(f"  {f.filename}:{f.lineno} ({f.name})\n" for f in frames[-8:])
 
 
-def _type(aval: Any) -> str:
+# --- the IR printer ---------------------------------------------------------------
+
+_XLA_PREFIXES = (("bfloat", "bf"), ("float", "f"), ("uint", "u"), ("int", "s"),
+                 ("complex", "c"))
+
+
+def xla_type(aval: Any) -> str:
+    """`bf16[2,3]`: the element type the device stores (XLA's short name) and the shape."""
     if aval is None:
         return "()"
     shape, dtype = aval
-    return f"{str(dtype).removeprefix('torch.')}[{','.join(map(str, shape))}]"
+    name = str(dtype_policy.STORAGE[dtype])
+    short = "pred" if name == "bool" else next(
+        (short + name[len(long):] for long, short in _XLA_PREFIXES if name.startswith(long)),
+        name)
+    return f"{short}[{','.join(map(str, shape))}]"
 
 
-def _node_line(k: int, node: ir.Node, position: dict[int, int]) -> str:
-    types = ", ".join(_type(a) for a in node.avals)
-    operands = ", ".join(
-        f"%{position[id(c)]}" + (f".{i}" if len(c.avals) > 1 else "") for c, i in node.inputs
-    )
-    where = f", location={node.location}" if node.location else ""
-    return f"  %{k} = ({types}) {node.op}({operands}){where}\n"
+def op_name(op: Any) -> str:
+    """`aten::add` for ATen ops, the engine's own names (`xla::device_data`) as they are."""
+    schema = getattr(op, "_schema", None)
+    return schema.name if schema is not None else str(op)
 
 
-def _text(order: list, position: dict[int, int], values: list) -> str:
-    body = "".join(_node_line(k, n, position) for k, n in enumerate(order))
-    roots = ", ".join(f"%{position[id(n)]}" + (f".{i}" if len(n.avals) > 1 else "")
-                      for n, i in values)
-    return f"IR {{\n{body}  ROOT ({roots})\n}}\n"
+def _operand(node: ir.Node, index: int, position: dict[int, int]) -> str:
+    return f"%{position[id(node)]}" + (f".{index}" if len(node.avals) > 1 else "")
+
+
+def node_line(k: int, node: ir.Node, position: dict[int, int],
+              roots: dict[tuple[int, int], int]) -> str:
+    """`  %k = f32[2,3] aten::add(%0, %1), ROOT=0`, PyTorch/XLA's layout of one node."""
+    types = ", ".join(xla_type(a) for a in node.avals)
+    if len(node.avals) > 1:
+        types = f"({types})"
+    operands = ", ".join(_operand(c, i, position) for c, i in node.inputs)
+    extra = "".join(f", ROOT={roots[(k, i)]}" for i in range(len(node.avals))
+                    if (k, i) in roots)
+    if node.location:
+        extra += f", location={node.location}"
+    return f"  %{k} = {types} {op_name(node.op)}({operands}){extra}\n"
+
+
+def ir_text(order: list, position: dict[int, int], values: list) -> str:
+    """The graph computing `values` (its nodes in post-`order`), one node a line; the
+    node computing the i-th value is marked `ROOT=i`."""
+    roots: dict[tuple[int, int], int] = {}
+    for i, (node, out) in enumerate(values):
+        roots.setdefault((position[id(node)], out), i)
+    body = "".join(node_line(k, n, position, roots) for k, n in enumerate(order))
+    return f"IR {{\n{body}}}\n"
 
 
 def _dot(order: list, position: dict[int, int], values: list) -> str:
     roots = {position[id(n)] for n, _ in values}
     lines = ["digraph G {"]
     for k, node in enumerate(order):
-        label = f"{node.op}\\n{', '.join(_type(a) for a in node.avals)}"
+        label = f"{op_name(node.op)}\\n{', '.join(xla_type(a) for a in node.avals)}"
         if node.location:
             label += "\\n" + node.location.replace("\\", "\\\\").replace('"', '\\"')
         style = ", style=bold" if k in roots else ""
@@ -92,8 +144,9 @@ def _dot(order: list, position: dict[int, int], values: list) -> str:
 
 
 def save_graph(device: int, order: list, position: dict[int, int], values: list,
-               compiled: Any) -> None:
-    """Append one synced graph to XLA_SAVE_TENSORS_FILE in the chosen format."""
+               compiled: Any, ordinal: int | None = None) -> None:
+    """Append one synced graph to XLA_SAVE_TENSORS_FILE in the chosen format (to
+    `XLA_SAVE_TENSORS_FILE.<ordinal>` for a replica of a multi-device job)."""
     header = f"[ScheduleSyncTensorsGraph] device xla:{device}, {len(values)} output(s)\n"
     if FRAMES:
         header += "TensorsGraphInfo:\n" + _user_frames()
@@ -102,8 +155,9 @@ def save_graph(device: int, order: list, position: dict[int, int], values: list,
     elif SAVE_FORMAT == "dot":
         body = _dot(order, position, values)
     else:
-        body = _text(order, position, values)
-    _append(SAVE_FILE, f"{header}\n## BEGIN_GRAPH\n{body}\n## END_GRAPH\n\n")
+        body = ir_text(order, position, values)
+    path = SAVE_FILE if ordinal is None else f"{SAVE_FILE}.{ordinal}"
+    _append(path, f"{header}\n## BEGIN_GRAPH\n{body}\n## END_GRAPH\n\n")
 
 
 def save_metrics() -> None:

@@ -5,10 +5,18 @@ The graph key is the roots' structural hashes (computed as nodes were created)
 plus the pattern of shared nodes found while collecting the device-data inputs,
 so a sync only walks the graph once and never builds strings on a cache hit.
 Only a miss goes to `compiler.py`.
+
+Metrics, as PyTorch/XLA records them: `UncachedCompile`/`CachedCompile` per
+execution, `TensorsGraphSize` (nodes) and `InputOutputAliasCount` (donated
+inputs: none yet) per compiled graph, `DeviceLockWait` for the device's lock,
+`UnwrapXlaData`/`WrapXlaData` around taking the input buffers and wrapping
+the results. `execute(..., eager=True)` runs one op of eager mode (`eager.py`),
+timed as `EagerOpCompileTime`/`EagerOpExecuteTime` instead.
 """
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -18,12 +26,24 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from torch_xla import _metrics
-from torch_xla.lazy import compiler, dump, functional, ir, rng, transfer
-from torch_xla.lazy.tensor import XLATensor, forget_pending, pending_tensors
+from torch_xla.lazy import compiler, dump, functional, ir, replicas, rng, transfer
+from torch_xla.lazy.tensor import XLATensor, forget_pending, pending_tensors, take_pending
+from torch_xla.pjrt import threads
+from torch_xla.pjrt.client import client
 
 # The outputs of the latest execution on each device: a device runs its executions in
 # order, so waiting for these waits for everything (and older buffers are not kept alive).
 _in_flight: dict[int, tuple] = {}
+# One lock per device: threads syncing on one device launch their programs in turn.
+_device_locks: dict[int, threading.RLock] = {}
+
+_UNCACHED = _metrics.counter("UncachedCompile")
+_CACHED = _metrics.counter("CachedCompile")
+_GRAPH_SIZE = _metrics.metric("TensorsGraphSize")
+_ALIASES = _metrics.metric("InputOutputAliasCount")
+_LOCK_WAIT = _metrics.metric("DeviceLockWait")
+_UNWRAP = _metrics.metric("UnwrapXlaData")
+_WRAP = _metrics.metric("WrapXlaData")
 
 
 def mark_step() -> None:
@@ -35,12 +55,18 @@ def mark_step() -> None:
 
 def sync(tensors: Sequence[XLATensor] | None = None) -> None:
     """Compute `tensors` (every live pending tensor if None) in one graph per device."""
+    if not dump.READ:
+        dump.configure(at_sync=True)
     full = tensors is None
-    roots = pending_tensors() if full else [t for t in tensors if t._node.rule is not None]
-    if full:
-        forget_pending()
+    mine = threads.current()  # a thread that chose its device syncs only that device
+    if full and mine is not None:
+        roots = take_pending(mine)
+    else:
+        roots = pending_tensors() if full else [t for t in tensors if t._node.rule is not None]
+        if full:
+            forget_pending()
     if full or roots:
-        rng.new_epoch()
+        rng.new_epoch(mine)
     if not roots:
         return
     by_device: dict[int, list[XLATensor]] = {}
@@ -122,38 +148,91 @@ def _run(device: int, tensors: list[XLATensor], op_by_op: bool = False) -> None:
             seen[k] = len(values)
             values.append(v)
         outputs_of.append(seen[k])
-    datas = _execute_op_by_op(device, values) if op_by_op else _execute(device, values)
+    datas = _execute_op_by_op(device, values) if op_by_op else execute(device, values)
     for t, j in zip(tensors, outputs_of, strict=False):
         t._set(datas[j])
 
 
-def _execute(device: int, values: list[tuple[ir.Node, int]]) -> list[ir.Data]:
-    """Compile (or find) the graph computing `values` and run it; its results as data."""
+def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False
+            ) -> list[ir.Data]:
+    """Compile (or find) the graph computing `values` and run it; its results as data.
+
+    `eager`: the graph is one op of eager mode (its metrics are the `EagerOp*` ones)."""
     order, position, leaves, shared = walk(values)
     key = (device, tuple([(n.hash, i) for n, i in values]), tuple(shared))
+    with _device_lock(device):
+        program = _program(key, device, order, position, leaves, values, eager)
+        start = time.perf_counter()
+        arrays = [leaf.array for leaf in leaves]
+        _UNWRAP.add(time.perf_counter() - start)
+        results = run_program(device, program, arrays, eager)
+    if dump.SAVE_FILE:
+        dump.save_graph(device, order, position, values, program.compiled,
+                        replicas.dump_ordinal(device))
+    start = time.perf_counter()
+    datas = [
+        ir.Data(array, n.avals[i], device) for array, (n, i) in zip(results, values, strict=False)
+    ]
+    _WRAP.add(time.perf_counter() - start)
+    return datas
+
+
+def _program(key: tuple, device: int, order: list, position: dict, leaves: list,
+             values: list, eager: bool) -> compiler.Program:
     programs = compiler.cache()
     program = programs.get(key)
     if program is None:
-        _metrics.counter("UncachedCompile").inc()
-        program = compiler.compile(device, order, position, leaves, values)
+        _UNCACHED.value += 1
+        program = compiler.compile(device, order, position, leaves, values, eager=eager)
         programs.put(key, program)
+        _GRAPH_SIZE.add(len(order))
+        _ALIASES.add(0)  # no input buffer is donated to an output yet (docs/design.md)
     else:
-        _metrics.counter("CachedCompile").inc()
+        _CACHED.value += 1
+    return program
+
+
+def _device_lock(device: int) -> _Held:
+    lock = _device_locks.get(device)
+    if lock is None:
+        lock = _device_locks.setdefault(device, threading.RLock())
     start = time.perf_counter()
-    results = program.run([leaf.array for leaf in leaves])
-    _metrics.metric("ExecuteTime").add(time.perf_counter() - start)
+    lock.acquire()
+    _LOCK_WAIT.add(time.perf_counter() - start)
+    return _Held(lock)
+
+
+class _Held:
+    """An acquired lock as a context manager that releases it."""
+
+    __slots__ = ("lock",)
+
+    def __init__(self, lock: threading.RLock) -> None:
+        self.lock = lock
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc) -> None:
+        self.lock.release()
+
+
+def run_program(device: int, program: compiler.Program, arrays: list,
+                eager: bool = False) -> list:
+    """Run a compiled program on `device` (a sync, or a cached graph of `torch.compile`).
+
+    Returns at once: `ExecuteTime` is taken when the results are ready (`client.launched`)."""
+    start = time.perf_counter()
+    results = program.run(arrays)
+    client().launched(results, start, eager)
     _in_flight[device] = results
-    if dump.SAVE_FILE:
-        dump.save_graph(device, order, position, values, program.compiled)
     if dump.SYNC_WAIT:
         jax.block_until_ready(results)
-    return [
-        ir.Data(array, n.avals[i], device) for array, (n, i) in zip(results, values, strict=False)
-    ]
+    return results
 
 
 def _execute_op_by_op(device: int, values: list[tuple[ir.Node, int]]) -> list[ir.Data]:
-    """`_execute`, one computation per node (GET_TENSORS_OPBYOP / SYNC_TENSORS_OPBYOP)."""
+    """`execute`, one computation per node (GET_TENSORS_OPBYOP / SYNC_TENSORS_OPBYOP)."""
     order, _, _, _ = walk(values)
     done: dict[int, list] = {}  # id(node) -> its outputs as data (None where unused)
     for node in order:
@@ -164,6 +243,6 @@ def _execute_op_by_op(device: int, values: list[tuple[ir.Node, int]]) -> list[ir
         alone = ir.Node(node.op, node.rule, node.template, inputs, node.avals, device, node.hash)
         alone.location = node.location
         wanted = [(alone, i) for i, aval in enumerate(node.avals) if aval is not None]
-        outs = iter(_execute(device, wanted))
+        outs = iter(execute(device, wanted))
         done[id(node)] = [None if aval is None else next(outs) for aval in node.avals]
     return [done[id(n)][i] for n, i in values]

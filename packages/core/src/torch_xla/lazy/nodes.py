@@ -2,6 +2,9 @@
 
 Everything here makes a node or an `XLATensor` from arguments it is given; nothing
 dispatches an op or runs a graph, so every other engine module can build on it.
+Functions returning a *value* (`(node, output index)`) make no `XLATensor`: the engine
+uses them for intermediate values, so that `CreateXlaTensor` counts the tensors a
+program sees.
 """
 
 from __future__ import annotations
@@ -13,8 +16,11 @@ import jax.numpy as jnp
 import torch
 from torch._ops import OpOverload
 
+from torch_xla import _metrics
 from torch_xla.lazy import dtype_policy, ir, transfer
 from torch_xla.lazy.tensor import XLATensor, not_xla_error
+
+Value = tuple[ir.Node, int]
 
 # --- device data and engine nodes ------------------------------------------------------
 
@@ -23,9 +29,40 @@ def data(array, dtype: torch.dtype, device: int) -> ir.Data:
     return ir.Data(array, (tuple(array.shape), dtype), device)
 
 
+def host_data(t: torch.Tensor, device: int) -> ir.Data:
+    """A CPU tensor copied to `device` (a 0-dim one through the scalar cache)."""
+    if t.dim() == 0:
+        return scalar_data(t, device)
+    return data(transfer.to_device(t, device), t.dtype, device)
+
+
 def from_host(t: torch.Tensor, device: int) -> XLATensor:
     """A CPU tensor copied to `device` as device data."""
-    return XLATensor(data(transfer.to_device(t, device), t.dtype, device))
+    return XLATensor(host_data(t, device))
+
+
+# PyTorch/XLA's device data cache: a scalar value is copied to a device once and shared
+# by every use (`DeviceDataCacheMiss` counts the copies). Device data is never written
+# in place, so sharing it is safe. Each use gets its own leaf on the shared buffer: one
+# leaf for equal values would make a graph's structure depend on values, and processes
+# whose values differ (the rank) would compile different replicated programs.
+SCALAR_CACHE_SIZE = 1024
+_scalar_data: dict[tuple, jnp.ndarray] = {}
+_CACHE_MISS = _metrics.counter("DeviceDataCacheMiss")
+
+
+def scalar_data(t: torch.Tensor, device: int) -> ir.Data:
+    """The value of the 0-dim CPU tensor `t` as device data on `device`, from the cache."""
+    value = t.item()
+    # repr tells -0.0 from 0.0 (equal, with one hash) and makes every NaN one key
+    key = (t.dtype, device, repr(value) if type(value) in (float, complex) else value)
+    found = _scalar_data.get(key)
+    if found is None:
+        _CACHE_MISS.value += 1
+        if len(_scalar_data) >= SCALAR_CACHE_SIZE:
+            _scalar_data.clear()
+        found = _scalar_data[key] = transfer.to_device(t, device)
+    return data(found, t.dtype, device)
 
 
 def engine_node(
@@ -63,14 +100,30 @@ def full(shape: tuple, dtype: torch.dtype, value: Any, device: int) -> XLATensor
     return XLATensor(engine_node("xla::full", _full, statics, [], aval, device))
 
 
+def converted(value: Value, shape: tuple, dtype: torch.dtype) -> Value:
+    """`value` broadcast to `shape` and cast to `dtype` (itself if it already is)."""
+    node, index = value
+    aval = (tuple(shape), dtype)
+    if node.avals[index] == aval:
+        return value
+    statics = (aval[0], dtype_policy.STORAGE[dtype])
+    return engine_node("xla::convert", _convert, statics, [value], aval, node.device), 0
+
+
 def convert(t: XLATensor, shape: tuple, dtype: torch.dtype) -> XLATensor:
     """`t` broadcast to `shape` and cast to `dtype` (the same value if it already is)."""
-    aval = (tuple(shape), dtype)
-    if t._node.avals[t._index] == aval:
-        return XLATensor(t._node, t._index)
-    statics = (aval[0], dtype_policy.STORAGE[dtype])
-    return XLATensor(engine_node("xla::convert", _convert, statics, [t.value], aval,
-                                 t._node.device))
+    return XLATensor(*converted(t.value, shape, dtype))
+
+
+def as_value(t: torch.Tensor, device: int) -> Value:
+    """The value of a tensor mixed into an op on `device`: a functional XLA tensor's, or a
+    CPU 0-dim tensor's (from the scalar cache); anything else is the user's error."""
+    if torch._is_functional_tensor(t):
+        torch._sync(t)
+        return torch._from_functional_tensor(t).value
+    if t.device.type == "cpu" and t.dim() == 0:
+        return scalar_data(t, device), 0
+    raise not_xla_error(t)
 
 
 def as_xla(t: torch.Tensor, device: int) -> XLATensor:
@@ -78,9 +131,7 @@ def as_xla(t: torch.Tensor, device: int) -> XLATensor:
     if torch._is_functional_tensor(t):
         torch._sync(t)
         return torch._from_functional_tensor(t)
-    if t.device.type == "cpu" and t.dim() == 0:
-        return from_host(t, device)
-    raise not_xla_error(t)
+    return XLATensor(*as_value(t, device))
 
 
 # --- scalars that change every step become graph inputs ----------------------------
@@ -131,14 +182,20 @@ def lift(plan: tuple, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     return tuple(args), kwargs
 
 
-_scalars: dict[tuple, XLATensor] = {}
+_lifted: dict[tuple, jnp.ndarray] = {}  # by Python value: no CPU tensor made on the hot path
+
+
+def lifted_data(value: float, dtype: torch.dtype, device: int) -> ir.Data:
+    """A lifted scalar as device data (from the scalar cache). Lifted values are never
+    zero (`SPECIAL_SCALARS`), so the float key cannot confuse -0.0 with 0.0."""
+    key = (value, dtype, device)
+    found = _lifted.get(key)
+    if found is None:
+        if len(_lifted) >= SCALAR_CACHE_SIZE:
+            _lifted.clear()
+        found = _lifted[key] = scalar_data(torch.tensor(value, dtype=dtype), device).array
+    return data(found, dtype, device)  # a leaf per use, as in `scalar_data`
 
 
 def device_scalar(value: float, dtype: torch.dtype, device: int) -> XLATensor:
-    key = (value, dtype, device)
-    found = _scalars.get(key)
-    if found is None or found._node.rule is not None:
-        if len(_scalars) > 1024:
-            _scalars.clear()
-        found = _scalars[key] = from_host(torch.tensor(value, dtype=dtype), device)
-    return found
+    return XLATensor(lifted_data(value, dtype, device))

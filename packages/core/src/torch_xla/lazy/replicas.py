@@ -1,19 +1,25 @@
-"""Graphs that span every replica of a multi-process job: collectives inside one program.
+"""Graphs that span every replica of a job: collectives inside one program.
 
-Under `xmp.spawn` each process drives one device, and all devices of the job
-form the replicas. A collective (`xm.all_reduce` and its siblings) is recorded
-as an IR node like any op; a graph holding one compiles as one replicated
-program, `shard_map` over a mesh of all devices, which every process runs with
-its own values. XLA then moves the data between devices itself (over gloo on
-the CPU), inside the compiled step, with no host round trip.
+The replicas are the devices of the job: one per process under `xmp.spawn`, or one
+per thread when threads drive several devices of a process (`spawn_threads`,
+`DataParallel`, `xmp.spawn` with several devices per process; see `pjrt/threads.py`).
+A collective (`xm.all_reduce` and its siblings) is recorded as an IR node like any op;
+a graph holding one compiles as one replicated program, `shard_map` over a mesh of
+every replica device, which the job runs once per step with every replica's values.
+XLA then moves the data between devices itself (over gloo between CPU processes),
+inside the compiled step, with no host round trip.
 
-Every process must therefore build the same graphs in the same order, as
-PyTorch/XLA also requires.
+The threads of a process meet at each such step (`threads.Replicas.gather`): the last
+to arrive compiles the program the first time, meets the other processes, and runs
+it with every local device's inputs; each thread takes back its device's outputs.
+Every replica must therefore build the same graphs in the same order, as PyTorch/XLA
+also requires.
 """
 
 from __future__ import annotations
 
 import hashlib
+import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -22,42 +28,89 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from torch_xla.lowering.collectives import AXIS
-from torch_xla.pjrt import distributed
+from torch_xla.pjrt import distributed, threads
 from torch_xla.pjrt.client import XlaRuntimeError, client
 
 _SPEC = PartitionSpec(AXIS)
-_sharding: NamedSharding | None = None
+_shardings: dict[tuple, NamedSharding] = {}
 
 
-def _replica_sharding() -> NamedSharding:
-    """Each replica's block along a leading axis, one block per device of the job."""
-    global _sharding
-    if _sharding is None:
-        runtime = client()
+# --- who the replicas are ---------------------------------------------------------------
+
+
+def local_devices() -> list[int]:
+    """This process's replica devices (indices), in replica order."""
+    group = threads.replicas()
+    return [0] if group is None else group.devices
+
+
+def mesh_devices() -> list[jax.Device]:
+    """Every replica device of the job, in replica (global ordinal) order."""
+    runtime = client()
+    group = threads.replicas()
+    if group is None:
         if len(runtime.devices) != 1:
             raise XlaRuntimeError(
-                f"Collectives need one device per process, but this process drives "
-                f"{len(runtime.devices)} {runtime.name} devices. Start one process per device "
-                "with xmp.spawn."
+                f"Collectives across the {len(runtime.devices)} {runtime.name} devices of one "
+                "process need one thread per device: run the replicas with "
+                "torch_xla._internal.pjrt.spawn_threads, DataParallel, or xmp.spawn."
             )
-        _sharding = NamedSharding(Mesh(np.array(runtime.global_devices), (AXIS,)), _SPEC)
-    return _sharding
+        return list(runtime.global_devices)
+    local = [runtime.devices[d] for d in group.devices]
+    if runtime.process_count() == 1:
+        return local
+    if len(local) != len(runtime.devices):
+        raise XlaRuntimeError(
+            f"In a job of {runtime.process_count()} processes every process drives all its "
+            f"devices as replicas; this one drives {len(local)} of {len(runtime.devices)}."
+        )
+    return list(runtime.global_devices)
 
 
 def world() -> int:
-    return len(client().global_devices)
+    return len(mesh_devices())
+
+
+def ordinal(device: int) -> int:
+    """The replica ordinal (global ordinal) of this process's device `device`."""
+    return mesh_devices().index(client().device(device))
+
+
+def dump_ordinal(device: int) -> int | None:
+    """The global ordinal that names `device`'s debug files in a job of several replicas
+    (processes or threads), None in a process of its own."""
+    if threads.replicas() is not None:
+        return ordinal(device)
+    if distributed.topology() is None:
+        return None
+    runtime = client()
+    return runtime.global_devices.index(runtime.device(device))
+
+
+def _sharding() -> NamedSharding:
+    """Each replica's block along a leading axis, one block per replica device."""
+    devices = mesh_devices()
+    key = tuple(d.id for d in devices)
+    found = _shardings.get(key)
+    if found is None:
+        found = _shardings[key] = NamedSharding(Mesh(np.array(devices), (AXIS,)), _SPEC)
+    return found
 
 
 # --- compiling and running --------------------------------------------------------
 
 
 class ReplicatedProgram:
-    """A compiled replicated graph; remembers which outputs are 0-d."""
+    """A replicated graph; compiled when the replicas first run it together."""
 
-    __slots__ = ("compiled", "scalar_out")
+    __slots__ = ("compiled", "graph_fn", "fingerprint", "scalar_in", "scalar_out")
 
-    def __init__(self, compiled: Any, scalar_out: list[bool]) -> None:
-        self.compiled = compiled
+    def __init__(self, graph_fn: Callable, fingerprint: str, scalar_in: list[bool],
+                 scalar_out: list[bool]) -> None:
+        self.compiled: Any = None
+        self.graph_fn = graph_fn
+        self.fingerprint = fingerprint
+        self.scalar_in = scalar_in
         self.scalar_out = scalar_out
 
     def as_text(self) -> str:
@@ -67,14 +120,53 @@ class ReplicatedProgram:
 def compile(
     graph_fn: Callable, args: Sequence[jax.Array], out_avals, fingerprint: str
 ) -> ReplicatedProgram:
-    """Compile `graph_fn(*arrays)` (one replica's graph) as the job's replicated program.
+    """`graph_fn(*arrays)` (one replica's graph) as the job's replicated program.
 
-    `fingerprint` names the graph's structure and constants; every process must compile the
-    same one (checked through the coordinator before compiling).
+    `fingerprint` names the graph's structure and constants; every replica must run the
+    same one (checked between threads and, through the coordinator, between processes).
     """
-    _check_same_program(fingerprint)
     scalar_in = [a.ndim == 0 for a in args]
     scalar_out = [aval is not None and len(aval[0]) == 0 for aval in out_avals]
+    return ReplicatedProgram(graph_fn, fingerprint, scalar_in, scalar_out)
+
+
+def execute(program: ReplicatedProgram, arrays: list[jax.Array]) -> list:
+    """Run `program` with this replica's `arrays`; this replica's outputs."""
+    group = threads.replicas()
+    if group is None:
+        return _run_together([(program, arrays)])[0]
+    return group.gather("a step with collectives", (program, arrays), _run_together)
+
+
+def _run_together(entries: list[tuple[ReplicatedProgram, list]]) -> list[list]:
+    """Every local replica's (program, arrays), in replica order -> each one's outputs."""
+    programs = [program for program, _ in entries]
+    _check_same_in_threads(programs)
+    multiprocess = distributed.joined()
+    compiled = next((p.compiled for p in programs if p.compiled is not None), None)
+    if compiled is None:
+        if multiprocess:
+            _check_same_program(programs[0].fingerprint)
+        compiled = _compile(programs[0], [arrays for _, arrays in entries])
+    for program in programs:
+        program.compiled = compiled
+    if multiprocess:
+        # A process whose peer never reaches this step would block inside XLA's collective
+        # for good; meeting at the coordinator first bounds the wait
+        # (TORCH_XLA_COLLECTIVE_TIMEOUT) and names the absent processes.
+        distributed.barrier("replicated-step", what="the start of a step with collectives")
+    results = compiled(*_global_args(programs[0], [arrays for _, arrays in entries]))
+    devices = [client().device(d) for d in local_devices()]
+    parts = [{s.device: s.data for s in r.addressable_shards} for r in results]
+    return [
+        [r[device].reshape(()) if s else r[device]
+         for r, s in zip(parts, programs[0].scalar_out, strict=True)]
+        for device in devices
+    ]
+
+
+def _compile(lead: ReplicatedProgram, per_replica_args: list[list]) -> Any:
+    scalar_in, scalar_out, graph_fn = lead.scalar_in, lead.scalar_out, lead.graph_fn
 
     def per_replica(*blocks):
         arrays = [b.reshape(()) if s else b for b, s in zip(blocks, scalar_in, strict=True)]
@@ -83,14 +175,24 @@ def compile(
 
     spanned = jax.shard_map(
         per_replica,
-        mesh=_replica_sharding().mesh,
-        in_specs=tuple(_SPEC for _ in args),
-        out_specs=tuple(_SPEC for _ in out_avals),
+        mesh=_sharding().mesh,
+        in_specs=tuple(_SPEC for _ in scalar_in),
+        out_specs=tuple(_SPEC for _ in scalar_out),
         check_vma=False,
     )
     # Not kept in the persistent cache: the program is bound to this job's devices.
-    compiled = client().compile(None, spanned, *[_global(a) for a in args])
-    return ReplicatedProgram(compiled, scalar_out)
+    return client().compile(None, spanned, *_global_args(lead, per_replica_args))
+
+
+def _check_same_in_threads(programs: list[ReplicatedProgram]) -> None:
+    prints = [p.fingerprint for p in programs]
+    differing = [f"xla:{d}" for d, p in zip(local_devices(), prints, strict=True)
+                 if p != prints[0]]
+    if differing:
+        raise XlaRuntimeError(
+            f"The replica threads of {differing} built a different graph from the thread of "
+            f"xla:{local_devices()[0]} for the same step with collectives. {_SAME_GRAPH}"
+        )
 
 
 def _check_same_program(fingerprint: str) -> None:
@@ -110,27 +212,53 @@ def _check_same_program(fingerprint: str) -> None:
     if differing:
         raise XlaRuntimeError(
             f"Process {distributed.process_id()} built a different graph from process(es) "
-            f"{differing} for the same step with collectives. Every process must record the "
-            "same graph: pass values that differ per process (the ordinal, per-process "
-            "counts) as tensors, e.g. torch.tensor(rank).to(device), not as Python numbers "
-            "in ops such as torch.full(..., rank) or x * rank, which are compiled into the "
-            "program."
+            f"{differing} for the same step with collectives. {_SAME_GRAPH}"
         )
 
 
-def _global(local: jax.Array) -> jax.Array:
-    """The job-wide array whose block on this process's device is `local`."""
-    if local.ndim == 0:
-        local = local.reshape(1)
-    shape = (local.shape[0] * world(), *local.shape[1:])
-    return jax.make_array_from_single_device_arrays(shape, _replica_sharding(), [local])
+_SAME_GRAPH = (
+    "Every replica must record the same graph: pass values that differ per replica (the "
+    "ordinal, per-replica counts) as tensors, e.g. torch.tensor(rank).to(device), not as "
+    "Python numbers in ops such as torch.full(..., rank) or x * rank, which are compiled "
+    "into the program."
+)
 
 
-def execute(program: ReplicatedProgram, arrays: list[jax.Array]) -> list:
-    # A process whose peer never reaches this step would block inside XLA's collective
-    # for good; meeting at the coordinator first bounds the wait (TORCH_XLA_COLLECTIVE_TIMEOUT)
-    # and names the absent processes.
-    distributed.barrier("replicated-step", what="the start of a step with collectives")
-    results = program.compiled(*[_global(a) for a in arrays])
-    local = [r.addressable_data(0) for r in results]
-    return [r.reshape(()) if s else r for r, s in zip(local, program.scalar_out, strict=True)]
+def _global_args(program: ReplicatedProgram, per_replica_args: list[list]) -> list[jax.Array]:
+    """Argument i of the job: the arrays of every local replica as its blocks."""
+    return [
+        _global([args[i] for args in per_replica_args], scalar)
+        for i, scalar in enumerate(program.scalar_in)
+    ]
+
+
+def _global(blocks: list[jax.Array], scalar: bool) -> jax.Array:
+    """The job-wide array whose blocks on this process's devices are `blocks`."""
+    if scalar:
+        blocks = [b.reshape(1) for b in blocks]
+    sharding = _sharding()
+    replicas = len(sharding.mesh.devices.flat)
+    shape = (blocks[0].shape[0] * replicas, *blocks[0].shape[1:])
+    return jax.make_array_from_single_device_arrays(shape, sharding, blocks)
+
+
+# --- rendezvous across threads and processes ------------------------------------------
+
+
+def rendezvous(tag: str, payload: bytes) -> list[bytes]:
+    """Every replica's `payload` for `tag`, by replica ordinal; a barrier for the job."""
+    group = threads.replicas()
+    if group is None:
+        return distributed.exchange(tag, payload)
+    return group.gather(f"rendezvous {tag!r}", payload,
+                        lambda local: _exchange_threads(tag, local))
+
+
+def _exchange_threads(tag: str, local: list[bytes]) -> list[list[bytes]]:
+    """The local replicas' payloads -> every replica's, once per local replica."""
+    if distributed.joined():
+        everyone = [p for blob in distributed.exchange(tag, pickle.dumps(local))
+                    for p in pickle.loads(blob)]
+    else:
+        everyone = list(local)
+    return [everyone] * len(local)

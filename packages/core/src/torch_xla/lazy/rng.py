@@ -7,15 +7,19 @@ device after a sync turns the state into a seed (device data, so a new seed neve
 recompiles) and advances the state; the k-th random op since then takes
 `fold_in(seed, k)`, computed inside the graph. `k` restarts at every sync, so a training
 step records the same graph, and so hits the same compiled program, every time.
+In eager mode every random op takes a fresh seed (so `k` is always 0 and one compiled
+key derivation serves every op), and the key is computed at once like any op.
 """
 
 from __future__ import annotations
+
+import threading
 
 import jax
 import numpy as np
 import torch
 
-from torch_xla.lazy import ir, nodes
+from torch_xla.lazy import ir, nodes, tensor
 from torch_xla.pjrt.client import client
 
 _MASK = (1 << 64) - 1
@@ -25,6 +29,7 @@ _KEY_AVAL: ir.Aval = ((2,), torch.uint32)  # a raw jax PRNG key (threefry), uint
 _state = 101
 # device -> [the seed node of the current sync epoch, random ops recorded since]
 _epoch: dict[int, list] = {}
+_lock = threading.Lock()
 
 
 def get_state() -> int:
@@ -40,14 +45,19 @@ def set_state(seed: int) -> None:
 def next_key() -> np.ndarray:
     """A raw key (uint32[2]) made from the state, advancing the state."""
     global _state
-    key = np.array([_state >> 32, _state & 0xFFFFFFFF], dtype=np.uint32)
-    _state = (_state * _MUL + _INC) & _MASK
-    return key
+    with _lock:  # threads driving several devices share the state
+        state = _state
+        _state = (state * _MUL + _INC) & _MASK
+    return np.array([state >> 32, state & 0xFFFFFFFF], dtype=np.uint32)
 
 
-def new_epoch() -> None:
-    """Called at every sync: the next random op starts from a fresh seed."""
-    _epoch.clear()
+def new_epoch(device: int | None = None) -> None:
+    """Called at every sync: the next random op (on `device`, default every device)
+    starts from a fresh seed."""
+    if device is None:
+        _epoch.clear()
+    else:
+        _epoch.pop(device, None)
 
 
 def _fold_in(seed, index):
@@ -63,4 +73,7 @@ def key_for_next_op(device: int) -> tuple[ir.Node, int]:
     seed, index = entry
     entry[1] = index + 1
     node = nodes.engine_node("xla::rng_key", _fold_in, (index,), [(seed, 0)], _KEY_AVAL, device)
+    if tensor.is_eager():
+        del _epoch[device]
+        return tensor.eager_value(node, 0)
     return node, 0

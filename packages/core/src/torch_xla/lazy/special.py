@@ -6,20 +6,23 @@ Each registers into `dispatch.SPECIAL`; importing `torch_xla.lazy` loads this mo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+import jax
 import torch
 
-from torch_xla.lazy import dispatch, fallback, functional, graph, nodes, transfer
+from torch_xla import _metrics
+from torch_xla.lazy import dispatch, fallback, functional, graph, ir, nodes, transfer
 from torch_xla.lazy.dispatch import special
-from torch_xla.lazy.tensor import XLATensor
+from torch_xla.lazy.tensor import XLATensor, device_index, device_mismatch_error, uninitialized
 
 aten = torch.ops.aten
 
 
 def _device_index(device: Any) -> int | None:
     device = torch.device(device)
-    return None if device.type != "xla" else (device.index or 0)
+    return None if device.type != "xla" else device_index(device)
 
 
 @special(aten._to_copy.default)
@@ -44,15 +47,20 @@ def _copy(func, args, kwargs):
 
 def copy_value(dst: XLATensor, src: torch.Tensor) -> XLATensor:
     """`src` broadcast and cast to `dst`'s shape, dtype and device."""
+    return XLATensor(*copied(dst, src))
+
+
+def copied(dst: XLATensor, src: torch.Tensor) -> nodes.Value:
+    """The value `copy_value` holds, without making a tensor (`dst.copy_(src)` sets it)."""
     device = dst._node.device
     if type(src) is not XLATensor:
         if torch._is_functional_tensor(src):
             src = nodes.as_xla(src, device)
         else:
-            return nodes.from_host(src.to(dst.dtype).expand(dst.shape).contiguous(), device)
+            return nodes.host_data(src.to(dst.dtype).expand(dst.shape).contiguous(), device), 0
     if src._node.device != device:
         src = _to_copy(aten._to_copy.default, (src,), {"device": dst.device})
-    return nodes.convert(src, dst.shape, dst.dtype)
+    return nodes.converted(src.value, dst.shape, dst.dtype)
 
 
 @special(aten.native_batch_norm.default)
@@ -85,15 +93,20 @@ def _resize(func, args, kwargs):
     return fallback.run_cpu(func, args, kwargs)
 
 
+_LOCAL_SCALAR = _metrics.counter("aten::_local_scalar_dense")
+
+
 @special(aten._local_scalar_dense.default)
 def _local_scalar_dense(func, args, kwargs):
+    """`.item()`, `bool(t)`: PyTorch/XLA counts the host read as a CPU fallback."""
+    _LOCAL_SCALAR.value += 1
     return graph.to_cpu(args[0]).item()
 
 
 @special(aten.empty.memory_format, aten.empty_strided.default)
 def _empty(func, args, kwargs):
     dtype = kwargs.get("dtype") or torch.get_default_dtype()
-    return nodes.full(tuple(args[0]), dtype, 0, _device_index(kwargs.get("device") or "xla:0") or 0)
+    return uninitialized(nodes.full(tuple(args[0]), dtype, 0, device_index(kwargs.get("device"))))
 
 
 @special(aten.empty_like.default, aten.new_empty.default, aten.new_empty_strided.default)
@@ -114,7 +127,38 @@ def _same_value(func, args, kwargs):
     return XLATensor(*args[0].value)
 
 
-@special(aten.lift_fresh.default, aten.lift_fresh_copy.default)
+@special(aten.lift_fresh.default)
 def _lift_fresh(func, args, kwargs):
-    """`torch.tensor(data, device=xla)` ends here: the new tensor becomes a user tensor."""
+    """`torch.tensor(data, device=xla)` ends here: the new tensor becomes a user tensor.
+
+    The schema makes the result an alias of the argument (a fresh tensor nobody else
+    holds), so the engine tensor itself is wrapped: `CreateXlaTensor` counts one."""
+    return functional.lift_fresh(args[0])
+
+
+@special(aten.lift_fresh_copy.default)
+def _lift_fresh_copy(func, args, kwargs):
     return functional.lift_fresh(XLATensor(*args[0].value))
+
+
+def _barrier(*arrays):
+    return jax.lax.optimization_barrier(arrays)
+
+
+def optimization_barrier_(tensors: Sequence[torch.Tensor]) -> None:
+    """`xm.optimization_barrier_`: the tensors take their values through one XLA
+    optimization barrier, so the compiler moves no computation across it."""
+    inner = [functional.unwrap(t) for t in tensors]
+    if not inner:
+        return
+    device = inner[0]._node.device
+    for t in inner:
+        if t._node.device != device:
+            raise device_mismatch_error(device, t._node.device)
+    avals = [t._node.avals[t._index] for t in inner]
+    node = ir.Node("xla::optimization_barrier", _barrier,
+                   (tuple(ir.Slot(i) for i in range(len(inner))), ()),
+                   [t.value for t in inner], tuple(avals), device,
+                   hash(("xla::optimization_barrier", tuple(avals))))
+    for i, t in enumerate(inner):
+        t._set(node, i)

@@ -5,6 +5,8 @@ The user never sees this class directly: every XLA tensor a program holds is
 PyTorch's functionalization wrapper around one of these (see `functional.py`),
 so views and in-place ops arrive here already rewritten into functional ops.
 Each op on it goes to the handler `dispatch.py` installs with `set_dispatcher`.
+In eager mode a pending value runs as soon as a tensor would hold it, through the
+runner `eager.py` installs with `set_eager_runner`.
 """
 
 from __future__ import annotations
@@ -17,20 +19,59 @@ import torch
 
 from torch_xla import _metrics
 from torch_xla.lazy import ir
+from torch_xla.pjrt import threads
 
 _DEVICES: dict[int, torch.device] = {}
 
 # Every live XLA tensor (for DestroyXlaTensor) and the ones holding pending IR.
 _live: dict[int, weakref.ref] = {}
 _pending: dict[int, weakref.ref] = {}
-_counter = _metrics.counter  # looked up per event: clear_counters() replaces the objects
+_CREATED = _metrics.counter("CreateXlaTensor")
+_DESTROYED = _metrics.counter("DestroyXlaTensor")
+
+# Eager mode's runner (None in lazy mode): runs a pending node now and returns its outputs
+# as device data (None for a None output). `_last_run` keeps the latest node's outputs,
+# since the outputs of a multi-output node become tensors one by one.
+_run_now: Callable[[ir.Node], list] | None = None
+_last_run: tuple[ir.Node, list] | None = None
 
 
 def _on_destroy(ref: weakref.ref) -> None:
     key = id(ref)
     _live.pop(key, None)
     _pending.pop(key, None)
-    _counter("DestroyXlaTensor").value += 1
+    _DESTROYED.value += 1
+
+
+def set_eager_runner(runner: Callable[[ir.Node], list] | None) -> None:
+    """Run every pending value at once with `runner(node)` (eager mode), or never (None)."""
+    global _run_now, _last_run
+    _run_now, _last_run = runner, None
+
+
+def is_eager() -> bool:
+    return _run_now is not None
+
+
+def eager_value(node: ir.Node, index: int) -> tuple[ir.Node, int]:
+    """Output `index` of `node` as a tensor should hold it: computed now in eager mode."""
+    global _last_run
+    if _run_now is None or node.rule is None:
+        return node, index
+    last = _last_run
+    if last is not None and last[0] is node:
+        outputs = last[1]
+    else:
+        outputs = _run_now(node)
+        _last_run = (node, outputs)
+    return outputs[index], 0
+
+
+def device_index(device: Any) -> int:
+    """The index of XLA device `device`; `xla` without one (or None) is the calling
+    thread's current device (xla:0 unless the thread chose another)."""
+    index = None if device is None else torch.device(device).index
+    return threads.current_index() if index is None else index
 
 
 def torch_device(index: int) -> torch.device:
@@ -51,17 +92,21 @@ class XLATensor(torch.Tensor):
         t = torch.Tensor._make_wrapper_subclass(
             cls, shape, dtype=dtype, device=torch_device(node.device)
         )
+        if node.rule is not None and _run_now is not None:
+            node, index = eager_value(node, index)
         t._node = node
         t._index = index
         t._ref = ref = weakref.ref(t, _on_destroy)
         _live[id(ref)] = ref
         if node.rule is not None:
             _pending[id(ref)] = ref
-        _counter("CreateXlaTensor").value += 1
+        _CREATED.value += 1
         return t
 
     def _set(self, node: ir.Node, index: int = 0) -> None:
         """Point this tensor at another value of the same shape and dtype."""
+        if node.rule is not None and _run_now is not None:
+            node, index = eager_value(node, index)
         self._node, self._index = node, index
         if node.rule is not None:
             _pending[id(self._ref)] = self._ref
@@ -106,6 +151,18 @@ def device_mismatch_error(expected: int, found: int) -> RuntimeError:
     )
 
 
+def uninitialized(t: XLATensor) -> XLATensor:
+    """`t`, a new tensor of unspecified content (`torch.empty`), left out of syncs.
+
+    No step needs to compute it (a graph that reads it computes it). `x.to(device)` makes
+    one for a moment before filling it, and when a data loader's thread does that while
+    the main thread syncs, the half-made tensor would land in that step's graph: in one
+    process and not another, whose replicated programs would then differ.
+    """
+    _pending.pop(id(t._ref), None)
+    return t
+
+
 def pending_tensors() -> list[XLATensor]:
     """Live tensors whose value is still IR, in creation order."""
     found = []
@@ -124,3 +181,17 @@ def live_tensors() -> list[XLATensor]:
 
 def forget_pending() -> None:
     _pending.clear()
+
+
+def take_pending(device: int) -> list[XLATensor]:
+    """The live tensors on `device` whose value is still IR, in creation order; forgets
+    them (a thread driving one device syncs only its own)."""
+    found = []
+    for key, ref in list(_pending.items()):
+        t = ref()
+        if t is None or t._node.rule is None:
+            _pending.pop(key, None)
+        elif t._node.device == device:
+            _pending.pop(key, None)
+            found.append(t)
+    return found

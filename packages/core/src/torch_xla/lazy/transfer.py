@@ -1,14 +1,22 @@
-"""Host <-> device copies between torch CPU tensors and jax arrays, under the dtype policy."""
+"""Host <-> device copies between torch CPU tensors and jax arrays, under the dtype policy.
+
+`to_device` is PyTorch/XLA's `TensorToData` (timed under that name, conversion and copy).
+"""
 
 from __future__ import annotations
+
+import time
 
 import jax
 import ml_dtypes
 import numpy as np
 import torch
 
+from torch_xla import _metrics
 from torch_xla.lazy import dtype_policy
 from torch_xla.pjrt.client import client
+
+_TENSOR_TO_DATA = _metrics.metric("TensorToData")
 
 # torch dtypes numpy cannot hold natively: moved through an integer view of equal width.
 _BIT_VIEWS = {torch.bfloat16: (torch.int16, np.dtype(ml_dtypes.bfloat16))}
@@ -42,11 +50,14 @@ def from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
 
 def to_device(t: torch.Tensor, index: int) -> jax.Array:
     runtime = client()  # started first: starting applies the plugin's dtype policy
+    start = time.perf_counter()
     array = to_numpy(t)
     wanted = dtype_policy.STORAGE[t.dtype]
     # A copy either way: the CPU client may alias host memory, and the tensor may change.
     array = array.astype(wanted) if array.dtype != wanted else np.array(array, copy=True)
-    return runtime.to_device(array, index)
+    moved = runtime.to_device(array, index)
+    _TENSOR_TO_DATA.add(time.perf_counter() - start)
+    return moved
 
 
 def to_host(array: jax.Array, dtype: torch.dtype) -> torch.Tensor:

@@ -35,8 +35,9 @@ def collective(fn: Callable) -> Callable:
 
 
 def check_groups(groups: Sequence[Sequence[int]] | None, world: int) -> Groups:
-    """`groups` as a hashable tuple, after checking it names every replica once."""
-    if groups is None:
+    """`groups` as a hashable tuple, after checking it names every replica once (None or
+    `[]`: one group of every replica, as in PyTorch/XLA)."""
+    if not groups:
         return None
     groups = tuple(tuple(int(r) for r in g) for g in groups)
     members = sorted(r for g in groups for r in g)

@@ -4,11 +4,21 @@ Everything that touches devices goes through `client()`: device lists,
 host<->device transfers and compilation. The client is created lazily, the
 first time something needs a device, after the plugin has configured the
 process; from then on the device type is fixed.
+
+The runtime's metrics are PyTorch/XLA's: `TransferToDeviceTime` and
+`OutboundData` (bytes) per host-to-device copy, `TransferFromDeviceTime` and
+`InboundData` per copy back, `CreateDataHandles` per device buffer made (copies
+and execution results), `CompileTime` (or `EagerOpCompileTime`) and
+`CreateCompileHandles` per compilation, and `ExecuteTime` (or
+`EagerOpExecuteTime`) from an execution's launch until its results are ready,
+measured by `ExecutionClock` without making the launching thread wait.
 """
 
 from __future__ import annotations
 
+import atexit
 import os
+import queue
 import threading
 import time
 from collections.abc import Callable
@@ -16,12 +26,20 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax.profiler import TraceAnnotation
 
 from torch_xla import _metrics
 from torch_xla.pjrt import cache as compile_cache
 from torch_xla.pjrt import distributed
 from torch_xla.plugins import registry
 from torch_xla.plugins.base import DevicePlugin
+
+# Trace events of the runtime (see torch_xla.debug.profiler), named as PyTorch/XLA's
+# runtime names them so that a profile reads the same and tools find them.
+TRACE_TRANSFER_TO_DEVICE = "PjRtComputationClient::TransferToDevice"
+TRACE_TRANSFER_FROM_DEVICE = "PjRtComputationClient::TransferFromDevice"
+TRACE_COMPILE = "PjRtComputationClient::Compile"
+TRACE_EXECUTE = "PjRtComputationClient::ExecuteComputation"
 
 
 class XlaRuntimeError(RuntimeError):
@@ -68,17 +86,34 @@ class Client:
     # --- transfers ----------------------------------------------------------
 
     def to_device(self, array: np.ndarray, index: int = 0) -> jax.Array:
-        with _metrics.timed("TransferToDeviceTime"):
-            return jax.device_put(array, self.device(index))
+        start = time.perf_counter()
+        with TraceAnnotation(TRACE_TRANSFER_TO_DEVICE):
+            moved = jax.device_put(array, self.device(index))
+        _TO_DEVICE_TIME.add(time.perf_counter() - start)
+        _OUTBOUND.add(array.nbytes)
+        _DATA_HANDLES.value += 1
+        return moved
 
     def to_host(self, array: jax.Array) -> np.ndarray:
-        with _metrics.timed("TransferFromDeviceTime"):
-            return np.asarray(array)
+        start = time.perf_counter()
+        with TraceAnnotation(TRACE_TRANSFER_FROM_DEVICE):
+            host = np.asarray(array)
+        _FROM_DEVICE_TIME.add(time.perf_counter() - start)
+        _INBOUND.add(host.nbytes)
+        return host
 
     # --- compilation --------------------------------------------------------
 
-    def compile(self, key: str | None, fn: Callable[..., Any], *args: Any) -> Any:
-        """Compile `fn` for `args`; with a persistent cache, `key` names the entry."""
+    def compile(self, key: str | None, fn: Callable[..., Any], *args: Any,
+                eager: bool = False) -> Any:
+        """Compile `fn` for `args`; with a persistent cache, `key` names the entry.
+
+        `eager`: one op compiled in eager mode, timed as `EagerOpCompileTime`."""
+        with TraceAnnotation(TRACE_COMPILE):
+            return self._compile(key, fn, *args, eager=eager)
+
+    def _compile(self, key: str | None, fn: Callable[..., Any], *args: Any,
+                 eager: bool = False) -> Any:
         self.compiled_once = True
         cached = compile_cache.load(key) if key is not None else None
         if cached is not None:
@@ -86,10 +121,88 @@ class Client:
             return cached
         start = time.perf_counter()
         compiled = jax.jit(fn).lower(*args).compile()
-        _metrics.metric("CompileTime").add(time.perf_counter() - start)
+        _metrics.metric("EagerOpCompileTime" if eager else "CompileTime").add(
+            time.perf_counter() - start)
+        _metrics.counter("CreateCompileHandles").inc()
         if key is not None:
             compile_cache.store(key, compiled)
         return compiled
+
+    # --- execution ----------------------------------------------------------
+
+    def launched(self, results: Any, start: float, eager: bool = False) -> None:
+        """An execution launched at `start` (perf_counter) returned `results`, maybe not
+        ready yet: count its buffers, and time it until they are ready."""
+        _DATA_HANDLES.value += len(results)
+        execution_clock.launched(_EAGER_EXECUTE_TIME if eager else _EXECUTE_TIME, start, results)
+
+
+class ExecutionClock:
+    """Times executions from launch until their results are ready, on a thread of its own,
+    so that the thread launching them never waits (PyTorch/XLA times them with an
+    on-ready callback of the PJRT future). `settle(wait=True)` returns once every launched
+    execution has its sample; metrics readers call it through `_metrics.settle`."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._done = threading.Condition()
+        self._in_flight = 0
+        self._thread: threading.Thread | None = None
+
+    def launched(self, metric: _metrics.Metric, start: float, results: Any) -> None:
+        with self._done:
+            self._in_flight += 1
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="xla-execution-clock",
+                                                daemon=True)
+                self._thread.start()
+        self._queue.put((metric, start, results))
+
+    def settle(self, wait: bool) -> None:
+        if not wait:
+            return  # the clock thread records each execution as soon as it finishes
+        with self._done:
+            while self._in_flight:
+                self._done.wait()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=10)
+
+    def reset_after_fork(self) -> None:
+        """A forked child has no clock thread and nothing in flight."""
+        self.__init__()
+
+    def _loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            metric, start, results = item
+            try:
+                jax.block_until_ready(results)
+            except Exception:  # noqa: BLE001 - the error reaches whoever reads the results
+                pass
+            metric.add(time.perf_counter() - start)
+            del item, results  # the buffers must not outlive their tensors here
+            with self._done:
+                self._in_flight -= 1
+                self._done.notify_all()
+
+
+_TO_DEVICE_TIME = _metrics.metric("TransferToDeviceTime")
+_FROM_DEVICE_TIME = _metrics.metric("TransferFromDeviceTime")
+_OUTBOUND = _metrics.metric("OutboundData")
+_INBOUND = _metrics.metric("InboundData")
+_DATA_HANDLES = _metrics.counter("CreateDataHandles")
+_EXECUTE_TIME = _metrics.metric("ExecuteTime")
+_EAGER_EXECUTE_TIME = _metrics.metric("EagerOpExecuteTime")
+
+execution_clock = ExecutionClock()
+_metrics.on_read(execution_clock.settle)
+atexit.register(execution_clock.stop)
+os.register_at_fork(after_in_child=execution_clock.reset_after_fork)
 
 
 def _configure_platform(name: str, plugin: DevicePlugin) -> str:

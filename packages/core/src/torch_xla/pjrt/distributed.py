@@ -74,11 +74,13 @@ def _int_env(name: str) -> int | None:
 def topology() -> Topology | None:
     """This process's place in a multi-process job, or None when it runs alone."""
     local_rank, local_count = _int_env(LOCAL_RANK_ENV), _int_env(LOCAL_COUNT_ENV)
+    rank, count = _int_env("RANK"), _int_env("WORLD_SIZE")
     if local_rank is None or local_count is None:  # not under xmp.spawn: maybe torchrun
         local_rank, local_count = _int_env("LOCAL_RANK"), _int_env("LOCAL_WORLD_SIZE")
+        if local_count is None and local_rank is not None:  # no LOCAL_WORLD_SIZE: one host
+            local_count = count
     if local_rank is None or local_count is None:
         return None
-    rank, count = _int_env("RANK"), _int_env("WORLD_SIZE")
     if rank is None or count is None:  # one host
         rank, count = local_rank, local_count
     if not (0 <= local_rank < local_count and 0 <= rank < count and local_count <= count):
@@ -173,23 +175,52 @@ def barrier(point: str, what: str | None = None, timeout_s: float | None = None)
     Raises `PeerTimeoutError` naming the processes that did not arrive within `timeout_s`
     (default: `collective_timeout()`); `what` names the point in that message.
     """
-    _meet(_store(), point, _next_generation(point), what or repr(point), timeout_s)
+    _meet(_store(), point, _next_generation(point), what or repr(point), timeout_s, None)
 
 
 def exchange(
-    tag: str, payload: bytes, timeout_s: float | None = None, what: str | None = None
+    tag: str, payload: bytes, timeout_s: float | None = None, what: str | None = None,
+    ranks: list[int] | None = None,
 ) -> list[bytes]:
-    """Every process's `payload` for `tag`, in process order; a barrier for all processes."""
+    """The `payload` for `tag` of every process in `ranks` (default: all), in that order.
+
+    A barrier for those processes only: the others need not call it. Every process of
+    `ranks` must pass the same list; a process outside it cannot take part.
+    """
     store, rank = _store(), process_id()
-    point = f"rendezvous/{tag}"
+    ranks = list(ranks) if ranks else None  # [] means every process, as in PyTorch/XLA
+    members = _members(ranks, rank, tag)
+    point = f"rendezvous/{tag}" if ranks is None else f"rendezvous/{tag}@{_key(members)}"
     generation = _next_generation(point)
     key = f"torch_xla/{point}/{generation}"
     store.key_value_set_bytes(f"{key}/{rank}", payload)
-    _meet(store, point, generation, what or f"rendezvous {tag!r}", timeout_s)
+    _meet(store, point, generation, what or f"rendezvous {tag!r}", timeout_s,
+          None if ranks is None else members)
     found = {_rank_of(k): value for k, value in store.key_value_dir_get_bytes(f"{key}/")}
     # Everyone has read the previous generation before arriving at this one.
     store.key_value_delete(f"torch_xla/{point}/{generation - 1}/{rank}")
-    return [found[r] for r in range(process_count())]
+    return [found[r] for r in members]
+
+
+def _members(ranks: list[int] | None, rank: int, tag: str) -> list[int]:
+    count = process_count()
+    if ranks is None:
+        return list(range(count))
+    members = [int(r) for r in ranks]
+    if sorted(set(members)) != sorted(members) or not all(0 <= r < count for r in members):
+        raise DistributedError(
+            f"Rendezvous {tag!r}: ranks {ranks} must be distinct processes of 0..{count - 1}."
+        )
+    if rank not in members:
+        raise DistributedError(
+            f"Process {rank} called rendezvous {tag!r} for processes {members}, which do not "
+            "include it; only the listed processes may call it."
+        )
+    return members
+
+
+def _key(members: list[int]) -> str:
+    return ",".join(map(str, members))
 
 
 def _next_generation(point: str) -> int:
@@ -201,8 +232,10 @@ def _rank_of(key: str) -> int:
     return int(key.rsplit("/", 1)[1])
 
 
-def _meet(store, point: str, generation: int, what: str, timeout_s: float | None) -> None:
-    """Wait at the coordinator's barrier for `point`; on failure, name who did not arrive."""
+def _meet(store, point: str, generation: int, what: str, timeout_s: float | None,
+          members: list[int] | None) -> None:
+    """Wait at the coordinator's barrier for `point` (all processes, or `members`); on
+    failure, name who did not arrive."""
     timeout = collective_timeout() if timeout_s is None else timeout_s
     # Marked before waiting: when the wait fails, the marks show who never came.
     marks = f"{_ARRIVED}/{point}"
@@ -210,15 +243,18 @@ def _meet(store, point: str, generation: int, what: str, timeout_s: float | None
     start = time.monotonic()
     try:
         # One reusable barrier per point: the coordinator counts its rounds.
-        store.wait_at_barrier(f"torch_xla/barrier/{point}", max(1, round(timeout * 1000)))
+        store.wait_at_barrier(f"torch_xla/barrier/{point}", max(1, round(timeout * 1000)),
+                              members)
     except Exception as error:  # jax's XlaRuntimeError; the message below says what happened
         waited = time.monotonic() - start
-        raise _not_met(store, marks, generation, what, timeout, waited, error) from error
+        everyone = members if members is not None else list(range(process_count()))
+        raise _not_met(store, marks, generation, what, timeout, waited, error,
+                       everyone) from error
 
 
 def _not_met(
     store, marks: str, generation: int, what: str, timeout: float, waited: float,
-    error: Exception,
+    error: Exception, everyone: list[int],
 ) -> DistributedError:
     rank = process_id()
     failed = DistributedError(f"Process {rank} could not meet the others at {what}: {error}")
@@ -226,7 +262,7 @@ def _not_met(
         reached = {_rank_of(k): int(v) for k, v in store.key_value_dir_get_bytes(f"{marks}/")}
     except Exception:  # noqa: BLE001 - the coordinator itself is gone; say what we know
         return failed
-    missing = [r for r in range(process_count()) if reached.get(r, 0) < generation]
+    missing = [r for r in everyone if reached.get(r, 0) < generation]
     if not missing and "DEADLINE_EXCEEDED" not in str(error):
         return failed
     if not missing:

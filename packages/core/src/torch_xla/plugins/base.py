@@ -86,6 +86,15 @@ class DevicePlugin(abc.ABC):
         """Whether several processes must join the distributed coordination service."""
         return False
 
+    def devices_per_process(self) -> int:
+        """Devices each process drives under `xmp.spawn` (after `configure_multiprocess`).
+
+        1 (the default): one process per chip, one device each. More (TPU v2/v3: the two
+        cores of a chip) makes `xmp.spawn` run `fn` in one thread per device of each
+        process; the process's PJRT client must then show exactly that many devices.
+        """
+        return 1
+
     # --- device policies ----------------------------------------------------
 
     def dense_gather_factor(self) -> int:

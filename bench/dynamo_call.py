@@ -1,0 +1,99 @@
+"""Host time of one `torch.compile(backend='openxla')` call: forward + backward of a small
+MLP (16 -> 32 -> 4, batch 8), against dispatching the same compiled XLA programs directly.
+
+    python bench/dynamo_call.py
+
+Each sample drains the device first, so what is timed is the host's work up to the
+dispatch of the last program (on the CPU plugin small programs run inline, so their
+execution is in every column). Three timings: the whole call; the bridge's compiled
+graphs called directly with the arguments one call gave them (gathering input buffers,
+running the program, wrapping outputs); and the programs alone, re-run with the same
+buffers straight through jax. Differences: what the bridge adds, and what dynamo's
+guards, AOTAutograd's wrappers and the autograd engine add.
+
+Two backward variants: `backward()` lets autograd make the root gradient (`ones_like`, a
+pending tensor the bridge must compute before the backward program: one more
+execution, as in PyTorch/XLA); `backward(one)` passes a gradient already on the device.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+import torch_xla
+import torch_xla.core.xla_model as xm
+from torch_xla._dynamo import dynamo_bridge
+from torch_xla.lazy import graph
+
+SAMPLES = 300
+
+
+def quantiles_ms(fn: Callable[[], object], samples: int = SAMPLES) -> tuple[float, float]:
+    """(10th percentile, median) of `samples` timings in ms: on a shared machine the low
+    percentile is the closer estimate of the work itself."""
+    times = []
+    for _ in range(samples):
+        xm.wait_device_ops()
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    xm.wait_device_ops()
+    times.sort()
+    return 1e3 * times[len(times) // 10], 1e3 * times[len(times) // 2]
+
+
+def runs_of(step: Callable[[], object]) -> tuple[list, list]:
+    """What one call of `step` runs: the bridge's compiled graphs with their arguments,
+    and the (program, input arrays) pairs."""
+    graphs, programs = [], []
+    run_program, call = graph.run_program, dynamo_bridge.CompiledGraph.__call__
+
+    def program_spy(device, program, arrays, *rest):
+        programs.append((program, list(arrays)))
+        return run_program(device, program, arrays, *rest)
+
+    def graph_spy(compiled, *args):
+        graphs.append((compiled, args))
+        return call(compiled, *args)
+
+    graph.run_program, dynamo_bridge.CompiledGraph.__call__ = program_spy, graph_spy
+    try:
+        step()
+    finally:
+        graph.run_program, dynamo_bridge.CompiledGraph.__call__ = run_program, call
+    return graphs, programs
+
+
+def main() -> None:
+    device = torch_xla.device()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4)).to(device)
+    x = torch.randn(8, 16).to(device)
+    one = torch.ones(()).to(device)
+    loss_of = torch.compile(lambda inp: model(inp).square().mean(), backend="openxla")
+
+    def step(gradient: torch.Tensor | None) -> None:
+        model.zero_grad(set_to_none=True)
+        loss_of(x).backward(gradient)
+
+    for gradient, label in ((None, "backward()"), (one, "backward(one)")):
+        for _ in range(5):
+            step(gradient)
+        torch_xla.sync()
+        call = quantiles_ms(lambda g=gradient: step(g))
+        graphs, programs = runs_of(lambda g=gradient: step(g))
+        bridge = quantiles_ms(lambda r=graphs: [c(*a) for c, a in r])
+        floor = quantiles_ms(lambda r=programs: [p.run(a) for p, a in r])
+        print(f"dynamo_call {label}: {len(programs)} programs | p10/median ms: whole call "
+              f"{call[0]:.3f}/{call[1]:.3f}, bridge calls {bridge[0]:.3f}/{bridge[1]:.3f}, "
+              f"programs alone {floor[0]:.3f}/{floor[1]:.3f} | the bridge adds "
+              f"{bridge[0] - floor[0]:.3f} ms, dynamo+AOTAutograd+autograd "
+              f"{call[0] - bridge[0]:.3f} ms")
+
+
+if __name__ == "__main__":
+    main()

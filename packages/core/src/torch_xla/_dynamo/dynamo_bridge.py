@@ -1,0 +1,524 @@
+"""The dynamo bridge: an FX graph from `torch.compile` becomes compiled XLA programs.
+
+On the first call with a given signature (the graph's non-tensor arguments, which
+carry the sizes under dynamic shapes) the graph runs once on the lazy engine: its ops
+record IR instead of computing. The IR under its outputs (and under the new values of
+the inputs it mutated) is compiled into one program, as a sync would compile it, and
+every later call only gathers the input buffers, runs that program and wraps its
+results: no FX node is interpreted and no IR is built again.
+
+A node the engine cannot record (an op without lowering that runs on the CPU, a CPU
+tensor computed from an input) splits the graph: the supported stretches become
+compiled programs and the rest runs eagerly between them, as PyTorch/XLA does.
+
+Random ops take a fresh seed on every call. Collectives (`xm.all_reduce`) compile into
+the program, which is then replicated over the job's processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import operator
+import warnings
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+import torch
+import torch._dynamo
+import torch.fx
+from torch.fx.passes.infra.partitioner import CapabilityBasedPartitioner
+from torch.fx.passes.operator_support import OperatorSupport
+
+from torch_xla import _metrics
+from torch_xla._dynamo import config
+from torch_xla.lazy import compiler, eager, functional, graph, ir, rng, tensor
+from torch_xla.lazy.tensor import XLATensor
+from torch_xla.pjrt.client import client
+
+# Packages whose frames dynamo must never trace: the engine runs eagerly under a compiled
+# function (the backward after a graph break, an op between two graphs), and dynamo would
+# otherwise compile its Python frames as user code (and jax's, which it does not skip).
+ENGINE_PACKAGES = ("torch_xla._dynamo", "torch_xla._metrics", "torch_xla.backend",
+                   "torch_xla.lazy", "torch_xla.lowering", "torch_xla.pjrt", "jax", "jaxlib")
+
+_SEED = object()  # a program input fed with a fresh RNG seed on every call
+_RNG_KEY_OP = "xla::rng_key"  # the node every random op takes its key from (lazy/rng.py)
+_GRAPH_RUNS = ("UncachedCompile", "CachedCompile")  # one of them counts every execution
+
+
+# --- the compiled form of one traced graph -----------------------------------------------
+
+
+class CompiledGraph:
+    """One FX graph for one signature of its arguments, as one compiled program.
+
+    `sources` says where each program input comes from: an argument index, `_SEED`, or a
+    constant `ir.Data` captured when tracing (a lifted scalar, a tensor the graph made).
+    `outputs` rebuilds the graph's return value: ("result", k), ("arg", i) for an input
+    returned as is, ("value", v) for None, numbers and constants. `updates` lists the
+    (argument, result) pairs of the inputs the graph mutated.
+    """
+
+    __slots__ = ("device", "program", "sources", "avals", "outputs", "container", "updates")
+
+    def __init__(self, device: int, program: compiler.Program | None, sources: list,
+                 avals: list, outputs: list, container: type | None, updates: list) -> None:
+        self.device, self.program, self.sources = device, program, sources
+        self.avals, self.outputs, self.container = avals, outputs, container
+        self.updates = updates
+
+    def __call__(self, *args: Any) -> Any:
+        results = self._run(args) if self.program is not None else []
+        for i, k in self.updates:
+            with torch.no_grad():
+                args[i].copy_(results[k])
+        outs = [results[v] if kind == "result" else args[v] if kind == "arg" else v
+                for kind, v in self.outputs]
+        if self.container is None:
+            return outs[0]
+        return outs if self.container is list else tuple(outs)
+
+    def _run(self, args: tuple) -> list:
+        arrays = self._inputs(args)
+        _metrics.metric("RunCachedGraphInputData").add(len(arrays))
+        device = self.device
+        results = graph.run_program(device, self.program, arrays)
+        _metrics.metric("RunCachedGraphOutputData").add(len(results))
+        return [functional.wrap(XLATensor(ir.Data(array, aval, device)))
+                for array, aval in zip(results, self.avals, strict=True)]
+
+    def _inputs(self, args: tuple) -> list:
+        arrays = []
+        for source in self.sources:
+            if type(source) is int:
+                node = _engine_tensor(args[source])._node
+                if node.rule is not None:
+                    return self._inputs(_sync_inputs(args))
+                arrays.append(node.array)
+            elif source is _SEED:
+                arrays.append(client().to_device(rng.next_key(), self.device))
+            else:
+                arrays.append(source.array)
+        return arrays
+
+
+def _engine_tensor(t: torch.Tensor) -> XLATensor:
+    """`functional.unwrap` for a call's argument, without its checks (made when tracing)."""
+    try:
+        _functionalize_sync(t)
+        inner = _from_functional_tensor(t)
+    except RuntimeError:  # not a functional tensor: let `unwrap` say what it is
+        return functional.unwrap(t)
+    return inner if type(inner) is XLATensor else functional.unwrap(t)
+
+
+_functionalize_sync = torch._functionalize_sync
+_from_functional_tensor = torch._from_functional_tensor
+
+
+def _sync_inputs(args: Sequence[Any]) -> Sequence[Any]:
+    """Compute the arguments that are still pending IR, as PyTorch/XLA does: one graph,
+    the same one the trace computed them in (`_pending_arguments`), so it compiles once."""
+    pending = _pending_arguments(args)
+    if config.skip_input_data_check:
+        raise RuntimeError(
+            f"{len(pending)} input(s) of a compiled graph are pending IR, not device data, "
+            "and torch_xla._dynamo.config.skip_input_data_check is True. Call "
+            "torch_xla.sync() before the compiled function, or set the switch to False."
+        )
+    _metrics.counter("DynamoSyncInputExecuteTime").inc()
+    graph.sync(pending)
+    return args
+
+
+def _pending_arguments(args: Sequence[Any]) -> list[XLATensor]:
+    inner = [functional.unwrap(a) for a in args
+             if isinstance(a, torch.Tensor) and a.device.type == "xla"]
+    return [t for t in inner if t._node.rule is not None]
+
+
+# --- tracing: the FX graph run once on the lazy engine ------------------------------------
+
+
+def _engine_runs() -> int:
+    counters = _metrics.counters()
+    return sum(counters[n].value for n in _GRAPH_RUNS if n in counters)
+
+
+def _fallbacks() -> int:
+    return sum(c.value for n, c in _metrics.counters().items() if _metrics.is_fallback_counter(n))
+
+
+def _tensors(value: Any) -> list:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+def _off_xla(value: Any) -> bool:
+    return any(t.device.type != "xla" for t in _tensors(value))
+
+
+class _Tracer(torch.fx.Interpreter):
+    """Runs the graph on the lazy engine and notes the nodes that cannot be recorded: one
+    that made the device run something or ran on the CPU, or one that computes a CPU
+    tensor from an input (a constant CPU tensor is fine: it becomes a graph constant)."""
+
+    def __init__(self, module: torch.fx.GraphModule) -> None:
+        super().__init__(module)
+        self.unsupported: list[torch.fx.Node] = []
+        self._from_inputs: set[torch.fx.Node] = set()
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        runs, fallbacks = _engine_runs(), _fallbacks()
+        result = super().run_node(n)
+        if n.op == "placeholder" or any(a in self._from_inputs for a in n.all_input_nodes):
+            self._from_inputs.add(n)
+        if n.op not in ("call_function", "call_method", "call_module"):
+            return result
+        args, kwargs = self.fetch_args_kwargs_from_env(n)
+        leaves_cpu = n in self._from_inputs and (
+            _off_xla(result) or _off_xla(args) or _off_xla(kwargs))
+        if leaves_cpu or _engine_runs() != runs or _fallbacks() != fallbacks:
+            self.unsupported.append(n)
+        return result
+
+
+class _Inputs:
+    """The tensor arguments of a trace: made device data, each with its own leaf node."""
+
+    def __init__(self, args: Sequence[Any]) -> None:
+        self.args = args
+        self.indices = [i for i, a in enumerate(args)
+                        if isinstance(a, torch.Tensor) and a.device.type == "xla"]
+        graph.sync(_pending_arguments(args))  # the graph a call computes them in
+        graph.sync(None)  # and whatever else is pending
+        self.before: dict[int, tuple[ir.Node, int]] = {}
+        claimed: dict[int, torch.Tensor] = {}  # id(leaf node) -> the argument holding it
+        for i in self.indices:
+            inner = functional.unwrap(args[i])
+            holder = claimed.setdefault(id(inner._node), args[i])
+            if holder is not args[i]:  # two arguments, one buffer: two leaves
+                node = inner._node
+                inner._set(ir.Data(node.array, node.avals[0], node.device))
+                claimed[id(inner._node)] = args[i]
+            self.before[i] = inner.value
+
+    def arg_of_leaf(self) -> dict[int, int]:
+        return {id(node): i for i, (node, _) in self.before.items()}
+
+    def mutated(self) -> list[int]:
+        return [i for i in self.indices
+                if functional.unwrap(self.args[i]).value != self.before[i]]
+
+    def restore(self) -> None:
+        """Undo the trace: mutated inputs get their value back, its pending IR is dropped."""
+        for i in self.mutated():
+            with torch.no_grad():
+                self.args[i].copy_(functional.wrap(XLATensor(*self.before[i])))
+        tensor.forget_pending()
+        rng.new_epoch()
+
+
+@contextlib.contextmanager
+def _lazy_mode() -> Iterator[None]:
+    """Eager mode off: the trace records the graph instead of running op by op."""
+    was = eager.enabled()
+    eager.set_enabled(False)
+    try:
+        yield
+    finally:
+        eager.set_enabled(was)
+
+
+def _trace(gm: torch.fx.GraphModule, args: Sequence[Any]) -> CompiledGraph | list:
+    """The graph compiled for these arguments, or its unsupported nodes."""
+    inputs = _Inputs(args)
+    tracer = _Tracer(gm)
+    try:
+        with torch.no_grad(), _lazy_mode():
+            out = tracer.run(*args)
+        if tracer.unsupported:
+            return tracer.unsupported
+        return _build(inputs, out)
+    finally:
+        inputs.restore()
+
+
+def _build(inputs: _Inputs, out: Any) -> CompiledGraph:
+    values: list[tuple[ir.Node, int]] = []
+    index: dict[tuple[int, int], int] = {}
+
+    def result(t: torch.Tensor) -> tuple[str, int]:
+        v = functional.unwrap(t).value
+        k = (id(v[0]), v[1])
+        if k not in index:
+            index[k] = len(values)
+            values.append(v)
+        return "result", index[k]
+
+    args, mutated = inputs.args, inputs.mutated()
+    container = (list if isinstance(out, list) else tuple) if isinstance(out, (tuple, list)) \
+        else None
+    outputs = []
+    for o in (out if container is not None else [out]):
+        same_arg = [i for i in inputs.indices if o is args[i]]
+        if same_arg and same_arg[0] not in mutated:
+            outputs.append(("arg", same_arg[0]))
+        elif isinstance(o, torch.Tensor) and o.device.type == "xla":
+            outputs.append(result(o))
+        else:
+            outputs.append(("value", o))
+    updates = [(i, result(args[i])[1]) for i in mutated]
+    device = _device_of(values, args, inputs.indices)
+    program, sources = _compile(values, inputs.arg_of_leaf()) if values else (None, [])
+    avals = [n.avals[i] for n, i in values]
+    return CompiledGraph(device, program, sources, avals, outputs, container, updates)
+
+
+def _device_of(values: list, args: Sequence[Any], indices: list[int]) -> int:
+    if values:
+        return values[0][0].device
+    return functional.unwrap(args[indices[0]])._node.device if indices else 0
+
+
+def _compile(values: list, arg_of_leaf: dict[int, int]) -> tuple:
+    """The program computing `values`, and where each of its inputs comes from on a call."""
+    key, order, position, leaves = _graph_key(values)
+    program = _program(key, order, position, leaves, values)
+    seeds = {id(n.inputs[0][0]) for n in order if n.op == _RNG_KEY_OP}
+    sources = [arg_of_leaf.get(id(leaf), _SEED if id(leaf) in seeds else leaf)
+               for leaf in leaves]
+    return program, sources
+
+
+def _graph_key(values: list) -> tuple:
+    """(the key a sync would cache the graph under, and the graph walked)."""
+    order, position, leaves, shared = graph.walk(values)
+    key = (values[0][0].device, tuple([(n.hash, i) for n, i in values]), tuple(shared))
+    return key, order, position, leaves
+
+
+def _program(key: tuple, order: list, position: dict, leaves: list,
+             values: list) -> compiler.Program:
+    """From the program cache that syncs use (the same graph compiles once), or compiled."""
+    programs = compiler.cache()
+    program = programs.get(key)
+    if program is None:
+        _metrics.counter("UncachedCompile").inc()
+        program = compiler.compile(key[0], order, position, leaves, values)
+        programs.put(key, program)
+    return program
+
+
+# --- graphs with unsupported nodes: compiled stretches with eager ops between ------------
+
+
+class _Supported(OperatorSupport):
+    def __init__(self, unsupported: list[torch.fx.Node]) -> None:
+        super().__init__()
+        self.unsupported = set(unsupported)
+
+    def is_node_supported(self, submodules: Any, node: torch.fx.Node) -> bool:
+        return node.op in ("call_function", "call_method", "call_module") and (
+            node not in self.unsupported or node.target is operator.getitem)
+
+
+def _partition(gm: torch.fx.GraphModule, unsupported: list[torch.fx.Node]) -> Callable:
+    """A copy of `gm` (the partitioner rewrites the graph it is given, and `gm` may be
+    traced again for another signature) with each stretch of supported nodes replaced by a
+    `GraphFunction` call."""
+    gm = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    names = {n.name for n in unsupported}
+    unsupported = [n for n in gm.graph.nodes if n.name in names]
+    partitioner = CapabilityBasedPartitioner(
+        gm, _Supported(unsupported), allows_single_node_partition=True)
+    fused = partitioner.fuse_partitions(partitioner.propose_partitions())
+    for node in list(fused.graph.nodes):
+        if node.op == "call_module" and node.name.startswith("fused_"):
+            function = GraphFunction(getattr(fused, node.target), guarded=False)
+            with fused.graph.inserting_after(node):
+                call = fused.graph.call_function(function, node.args, node.kwargs)
+            node.replace_all_uses_with(call)
+            fused.graph.erase_node(node)
+            fused.delete_submodule(node.target)
+    fused.recompile()
+    return fused
+
+
+# --- the public entry points ------------------------------------------------------------
+
+
+class GraphFunction:
+    """An FX graph as a callable, compiled once per signature of its arguments.
+
+    A graph from dynamo is `guarded`: dynamo checks the shapes before calling it and passes
+    sizes as ints under dynamic shapes, so its non-tensor arguments are the signature, and
+    unsupported nodes split it. A part of a split graph is not guarded: the shapes and
+    dtypes of its tensors are part of the signature, and it never splits again.
+    """
+
+    def __init__(self, gm: torch.fx.GraphModule, guarded: bool = True) -> None:
+        self.gm = gm
+        self.guarded = guarded
+        self.__name__ = self.__qualname__ = "xla_compiled_graph"  # an FX call target's name
+        self._numbers: list[int] | None = None  # positions of the non-tensor arguments
+        self._by_signature: dict[tuple, Callable] = {}
+
+    def __call__(self, *args: Any) -> Any:
+        compiled = self._by_signature.get(self._signature(args))
+        if compiled is None:
+            compiled = self.compile_for(args)
+        return compiled(*args)
+
+    def _signature(self, args: Sequence[Any]) -> tuple:
+        numbers = self._numbers
+        if numbers is None:
+            numbers = self._numbers = [i for i, a in enumerate(args)
+                                       if not isinstance(a, torch.Tensor)]
+        numbers = tuple([args[i] for i in numbers]) if numbers else ()
+        if self.guarded:
+            return numbers
+        return numbers + tuple([(a.shape, a.dtype) for a in args if isinstance(a, torch.Tensor)])
+
+    @property
+    def specializes(self) -> bool:
+        """Whether one compiled program does not serve every call."""
+        return bool(self._numbers) or not self.guarded
+
+    def compile_for(self, args: Sequence[Any]) -> Callable:
+        """Trace and compile the graph for the signature of `args` (replacing any earlier)."""
+        compiled = self._by_signature[self._signature(args)] = self._compile(args)
+        return compiled
+
+    def _compile(self, args: Sequence[Any]) -> Callable:
+        traced = _trace(self.gm, args)
+        if isinstance(traced, CompiledGraph):
+            return traced
+        if self.guarded:
+            return _partition(self.gm, traced)
+        return self.gm  # a stretch that still needs the device mid-way: run it lazily
+
+
+def extract_internal(xla_model: torch.fx.GraphModule) -> GraphFunction:
+    """`xla_model` as a `GraphFunction` whose every node the engine can record (each call
+    runs one compiled program); PyTorch/XLA's name for the compiler of one partition."""
+    return GraphFunction(xla_model, guarded=False)
+
+
+def extract_compiled_graph(xla_model: torch.fx.GraphModule, xla_args: Sequence[Any]) -> Callable:
+    """Compile dynamo's graph `xla_model` for the arguments `xla_args` (real tensors, on
+    the XLA device); the callable returned takes the same arguments on every call."""
+    _metrics.counter("DynamoExtractCompiledGraph").inc()
+    for a in xla_args:
+        if isinstance(a, torch.Tensor) and a.device.type != "xla":
+            warnings.warn(f"Found tensor with shape {a.size()} on {a.device}. Please move all "
+                          "tensors to the xla device to execute on the XLA device.", stacklevel=2)
+    function = GraphFunction(xla_model)
+    compiled = function.compile_for(xla_args)
+    # Without numbers there is one signature: dynamo's guards already fix every shape.
+    return function if function.specializes else compiled
+
+
+def _skip_engine_frames() -> None:
+    for name in ENGINE_PACKAGES:
+        torch._dynamo.trace_rules.add(name)
+
+
+_skip_engine_frames()
+
+
+class GraphInputMatcher:
+    """The inputs of a cached graph for a call (PyTorch/XLA's helper, same arguments).
+
+    `graph_input_tensor_ids` names each graph input by the id of the tensor it was traced
+    from (`torch_xla._XLAC._xla_get_tensor_id`); those in `xla_args_tensor_id` are taken
+    from the call's arguments at `tensor_id_to_arg_idx`, the others are the traced values
+    in `graph_input_xla_values` (constants such as parameters captured by the graph).
+    """
+
+    def __init__(self, tensor_id_to_arg_idx: dict[int, int], graph_input_tensor_ids: list[int],
+                 graph_input_xla_values: list[torch.Tensor], xla_args_tensor_id: set[int]) -> None:
+        self.tensor_id_to_arg_idx = tensor_id_to_arg_idx
+        self.graph_input_tensor_ids = graph_input_tensor_ids
+        self.graph_input_xla_values = [
+            None if tid in xla_args_tensor_id else value
+            for tid, value in zip(graph_input_tensor_ids, graph_input_xla_values, strict=True)]
+        self.arg_idxs = [tensor_id_to_arg_idx.get(tid) for tid in graph_input_tensor_ids]
+
+    def __call__(self, args: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        return [value if i is None else args[i]
+                for i, value in zip(self.arg_idxs, self.graph_input_xla_values, strict=True)]
+
+
+# --- PyTorch/XLA's cached-graph entry points (torch_xla._XLAC) ----------------------------
+#
+# Its bridge is written against these: a graph is named by a hash of the pending values
+# it computes, warmed up (compiled) once, then run on new inputs given in the order of
+# its device-data leaves. A tensor's id is that of the value it holds, so an argument
+# is found among the leaves of a graph traced from it.
+
+_warm_graphs: dict[str, tuple[compiler.Program, int, list]] = {}
+
+
+def tensor_id(t: torch.Tensor) -> int:
+    """The id of the value `t` holds (`_xla_get_tensor_id`)."""
+    return id(functional.unwrap(t)._node)
+
+
+def _graph_values(tensors: Sequence[torch.Tensor]) -> list[tuple[ir.Node, int]]:
+    """The pending values of `tensors`, once each: device data is no graph output."""
+    values, seen = [], set()
+    for t in tensors:
+        node, i = functional.unwrap(t).value
+        if node.rule is not None and (id(node), i) not in seen:
+            seen.add((id(node), i))
+            values.append((node, i))
+    return values
+
+
+def graph_hash(tensors: Sequence[torch.Tensor]) -> str:
+    """A name for the graph computing `tensors` (`_get_graph_hash`)."""
+    values = _graph_values(tensors)
+    return _hash_name(_graph_key(values)[0]) if values else ""
+
+
+def _hash_name(key: tuple) -> str:
+    return f"{hash(key) & 0xFFFFFFFFFFFFFFFF:016x}"
+
+
+def device_data_inputs(tensors: Sequence[torch.Tensor]) -> tuple[list[int], list[torch.Tensor]]:
+    """The ids and values of the device data the graph of `tensors` reads, in the order
+    `run_cached_graph` takes them (`_get_tensors_xla_device_data_node`)."""
+    values = _graph_values(tensors)
+    leaves = graph.walk(values)[2] if values else []
+    return [id(leaf) for leaf in leaves], [functional.wrap(XLATensor(leaf)) for leaf in leaves]
+
+
+def warm_up_cache(tensors: Sequence[torch.Tensor]) -> None:
+    """Compile the graph computing `tensors` without running it (`_xla_warm_up_cache`)."""
+    values = _graph_values(tensors)
+    if not values:
+        return
+    key, order, position, leaves = _graph_key(values)
+    program = _program(key, order, position, leaves, values)
+    _warm_graphs[_hash_name(key)] = (program, key[0], [n.avals[i] for n, i in values])
+
+
+def run_cached_graph(name: str, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    """Run a warmed-up graph on `inputs` (`_run_cached_graph`); its outputs."""
+    found = _warm_graphs.get(name)
+    if found is None:
+        raise RuntimeError(f"No compiled graph with hash {name!r}: compile it first with "
+                           "torch_xla._XLAC._xla_warm_up_cache(tensors, []).")
+    program, device, avals = found
+    inner = [functional.unwrap(t) for t in inputs]
+    graph.sync([t for t in inner if t._node.rule is not None])
+    results = graph.run_program(device, program, [t._node.array for t in inner])
+    return [functional.wrap(XLATensor(ir.Data(a, aval, device)))
+            for a, aval in zip(results, avals, strict=True)]

@@ -1,0 +1,11 @@
+"""`torch_xla.core.dynamo_bridge`: the module PyTorch's `openxla` dynamo backend imports
+(torch/_dynamo/backends/torchxla.py); the bridge itself is `torch_xla._dynamo.dynamo_bridge`."""
+
+from torch_xla._dynamo.dynamo_bridge import (
+    GraphFunction,
+    GraphInputMatcher,
+    extract_compiled_graph,
+    extract_internal,
+)
+
+__all__ = ["GraphFunction", "GraphInputMatcher", "extract_compiled_graph", "extract_internal"]

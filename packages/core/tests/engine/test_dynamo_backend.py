@@ -1,0 +1,232 @@
+"""`torch.compile(backend='openxla')` (torch_xla._dynamo.dynamo_bridge) against eager CPU
+PyTorch: inference, training through AOTAutograd, recompilation, graph breaks, mutated
+inputs, random ops and ops that fall back to the CPU.
+
+Tolerances: float32 results of the same ops in another order (XLA fuses and reassociates)
+agree to rtol=1e-5, atol=1e-5; gradients through a conv net to 1e-4.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch._dynamo
+from torch import nn
+
+import torch_xla
+
+from .helpers import assert_close
+
+TOL = dict(rtol=1e-5, atol=1e-5)
+GRAD_TOL = dict(rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(autouse=True)
+def fresh_dynamo():
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+
+
+def counter(met, name: str) -> int:
+    return met.counter_value(name) or 0
+
+
+def samples(met, name: str) -> int:
+    data = met.metric_data(name)
+    return data[0] if data else 0
+
+
+def mlp() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+
+
+class ConvNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8 * 4 * 4, 5)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = nn.functional.max_pool2d(torch.relu(self.bn(self.conv(x))), 2)
+        return self.fc(x.flatten(1))
+
+
+def on_xla(model: nn.Module, device) -> nn.Module:
+    copy = type(model)() if isinstance(model, ConvNet) else mlp()
+    copy.load_state_dict(model.state_dict())
+    return copy.to(device)
+
+
+# --- inference ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("make, shape", [(mlp, (8, 16)), (ConvNet, (2, 3, 8, 8))])
+def test_inference_matches_cpu(device, make, shape):
+    model = make().eval()
+    xla_model = on_xla(model, device).eval()
+    compiled = torch.compile(xla_model, backend="openxla")
+    for seed in range(3):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            assert_close(compiled(x.to(device)).cpu(), model(x), **TOL)
+
+
+def test_second_call_runs_cached_program(device, metrics):
+    fn = torch.compile(lambda x, y: torch.cos(x) + torch.sin(y), backend="openxla")
+    x, y = torch.randn(4, 5), torch.randn(4, 5)
+    fn(x.to(device), y.to(device))
+    extracted = counter(metrics, "DynamoExtractCompiledGraph")
+    compiles = samples(metrics, "CompileTime")
+    runs = samples(metrics, "ExecuteTime")
+    out = fn(x.to(device), y.to(device))
+    assert counter(metrics, "DynamoExtractCompiledGraph") == extracted == 1
+    assert samples(metrics, "CompileTime") == compiles
+    assert samples(metrics, "ExecuteTime") == runs + 1
+    assert_close(out.cpu(), torch.cos(x) + torch.sin(y), **TOL)
+
+
+def test_new_shape_recompiles(device, metrics):
+    fn = torch.compile(lambda x: x.exp().sum(0), backend="openxla", dynamic=False)
+    for n in (3, 3, 6, 6):
+        x = torch.randn(n, 4)
+        assert_close(fn(x.to(device)).cpu(), x.exp().sum(0), **TOL)
+    assert counter(metrics, "DynamoExtractCompiledGraph") == 2
+    assert counter(metrics, "UncachedCompile") == 2
+
+
+def test_dynamic_shapes_compile_once_per_size(device, metrics):
+    linear = mlp()
+    compiled = torch.compile(on_xla(linear, device), backend="openxla", dynamic=True)
+    for n in (5, 7, 5):
+        x = torch.randn(n, 16)
+        with torch.no_grad():
+            assert_close(compiled(x.to(device)).cpu(), linear(x), **TOL)
+    assert counter(metrics, "DynamoExtractCompiledGraph") == 1
+    assert samples(metrics, "CompileTime") == 2  # sizes 5 and 7; 5 again is cached
+
+
+def test_input_returned_unchanged_is_the_same_tensor(device):
+    fn = torch.compile(lambda a, b: (a + b, b), backend="openxla")
+    a, b = torch.randn(3).to(device), torch.randn(3).to(device)
+    total, same = fn(a, b)
+    assert same is b
+    assert_close(total.cpu(), a.cpu() + b.cpu(), **TOL)
+
+
+# --- training -------------------------------------------------------------------------
+
+
+def grads(model: nn.Module) -> list[torch.Tensor]:
+    return [p.grad.cpu() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("make, shape", [(mlp, (8, 16)), (ConvNet, (2, 3, 8, 8))])
+def test_training_loss_and_grads_match_cpu(device, make, shape):
+    model = make().train()
+    xla_model = on_xla(model, device).train()
+    compiled = torch.compile(xla_model, backend="openxla")
+    for seed in range(2):
+        x = torch.randn(shape, generator=torch.Generator().manual_seed(seed))
+        model.zero_grad(set_to_none=True)
+        xla_model.zero_grad(set_to_none=True)
+        loss = model(x).square().mean()
+        loss.backward()
+        xla_loss = compiled(x.to(device)).square().mean()
+        xla_loss.backward()
+        assert_close(xla_loss.cpu(), loss, **TOL)
+        for got, want in zip(grads(xla_model), grads(model), strict=True):
+            assert_close(got, want, **GRAD_TOL)
+    for name, buffer in model.named_buffers():  # BatchNorm's running stats, written back
+        assert_close(dict(xla_model.named_buffers())[name].cpu(), buffer, **GRAD_TOL)
+
+
+def test_training_step_with_backward_and_optimizer(device):
+    model = mlp()
+    xla_model = on_xla(model, device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    xla_opt = torch.optim.SGD(xla_model.parameters(), lr=0.1)
+
+    def step(m, o, x):
+        o.zero_grad(set_to_none=True)
+        loss = m(x).square().mean()
+        loss.backward()
+        o.step()
+        return loss
+
+    compiled = torch.compile(step, backend="openxla")
+    for seed in range(3):
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(seed))
+        assert_close(compiled(xla_model, xla_opt, x.to(device)).cpu(), step(model, opt, x), **TOL)
+    for got, want in zip(xla_model.parameters(), model.parameters(), strict=True):
+        assert_close(got.cpu(), want.detach(), **GRAD_TOL)
+
+
+# --- graph breaks, mutation, randomness, CPU fallbacks --------------------------------
+
+
+def test_graph_break_runs_both_graphs(device, metrics):
+    def fn(x):
+        y = x.sin() * 2
+        torch._dynamo.graph_break()
+        return y.cos() + 1
+
+    x = torch.randn(6)
+    assert_close(torch.compile(fn, backend="openxla")(x.to(device)).cpu(), fn(x), **TOL)
+    assert counter(metrics, "DynamoExtractCompiledGraph") == 2
+
+
+@pytest.mark.parametrize("backend", ["openxla", "openxla_eval"])
+def test_mutated_input_is_written_back(device, backend):
+    def fn(a, b):
+        a.add_(b)
+        return a * 2
+
+    compiled = torch.compile(fn, backend=backend)
+    a, b = torch.randn(4), torch.randn(4)
+    xa, xb = a.to(device), b.to(device)
+    for _ in range(3):
+        out = compiled(xa, xb)
+        expected = fn(a, b)
+        assert_close(out.cpu(), expected, **TOL)
+        assert_close(xa.cpu(), a, **TOL)
+
+
+def test_random_ops_differ_per_call(device):
+    fn = torch.compile(lambda x: torch.randn(5, 5, device=x.device) + x, backend="openxla")
+    x = torch.zeros(5, 5).to(device)
+    first, second = fn(x).cpu(), fn(x).cpu()
+    assert not torch.equal(first, second)
+    assert 0.5 < first.std().item() < 1.5  # draws from N(0, 1), not a constant
+    seeded = []
+    for _ in range(2):
+        torch_xla.manual_seed(7)
+        seeded.append(fn(x).cpu())
+    assert torch.equal(*seeded)  # the seed comes from the RNG state, as for lazy ops
+
+
+def test_op_without_lowering_runs_between_compiled_parts(device, metrics):
+    def fn(t):
+        return torch.special.bessel_j0(t * 2) * 2  # no lowering: bessel_j0 runs on the CPU
+
+    compiled = torch.compile(fn, backend="openxla")
+    t = torch.randn(7)
+    for scale in (1.0, 3.0, 1.0):
+        assert_close(compiled(t.to(device) * scale).cpu(), fn(t * scale), **TOL)
+    assert counter(metrics, "DynamoExtractCompiledGraph") == 1  # one FX graph, split in two
+    assert metrics.executed_fallback_ops()
+    runs = samples(metrics, "ExecuteTime")
+    compiled(t.to(device))
+    assert samples(metrics, "ExecuteTime") == runs + 2  # the two compiled parts
+
+
+def test_bridge_module_names(device):
+    import torch_xla._dynamo.config as config
+    import torch_xla.core.dynamo_bridge as bridge
+
+    assert callable(bridge.extract_compiled_graph)
+    assert config.skip_input_data_check is False
+    assert torch_xla._dynamo.dynamo_bridge.extract_compiled_graph is bridge.extract_compiled_graph
