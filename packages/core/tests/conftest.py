@@ -8,6 +8,7 @@ import sys
 import textwrap
 
 import pytest
+import torch
 
 from torch_xla.plugins import registry
 
@@ -33,3 +34,9 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 12
         env=full_env,
         timeout=timeout,
     )
+
+
+def small_mlp() -> torch.nn.Module:
+    """The seeded 6-8-3 tanh MLP the optimizer tests train (equal weights on every call)."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))

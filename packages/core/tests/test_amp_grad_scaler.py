@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import small_mlp
 
 import torch_xla
 import torch_xla.debug.metrics as met
@@ -37,11 +38,6 @@ def device() -> torch.device:
     return torch_xla.device()
 
 
-def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
-
-
 def _batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
     torch.manual_seed(1)
     batches = [(torch.randn(5, 6), torch.randint(0, 3, (5,))) for _ in range(STEPS)]
@@ -66,7 +62,7 @@ def _train(model, opt, scaler, batches, device, get_scale=True) -> list[float]:
 @pytest.mark.parametrize(("optimizer", "reference", "extra", "tolerance"),
                          [m[1:] for m in MODES], ids=[m[0] for m in MODES])
 def test_training_equals_eager_cpu_grad_scaler(device, optimizer, reference, extra, tolerance):
-    want_model, got_model = _model(), _model().to(device)
+    want_model, got_model = small_mlp(), small_mlp().to(device)
     want_scales = _train(want_model, reference(want_model.parameters(), lr=0.05),
                          torch.amp.GradScaler("cpu", **SCALER), _batches(), "cpu")
     got_scales = _train(got_model, optimizer(got_model.parameters(), lr=0.05),
@@ -80,7 +76,7 @@ def test_training_equals_eager_cpu_grad_scaler(device, optimizer, reference, ext
 
 def test_training_under_autocast_equals_eager_cpu(device):
     """bfloat16 autocast on both sides; the tolerance is bfloat16's."""
-    want_model, got_model = _model(), _model().to(device)
+    want_model, got_model = small_mlp(), small_mlp().to(device)
     want_opt = torch.optim.SGD(want_model.parameters(), lr=0.05)
     got_opt = syncfree.SGD(got_model.parameters(), lr=0.05)
     want_scaler, got_scaler = torch.amp.GradScaler("cpu", **SCALER), GradScaler(**SCALER)
@@ -107,7 +103,7 @@ def test_training_under_autocast_equals_eager_cpu(device):
     (torch.optim.SGD, {}, True),  # torch's way: read found_inf, which waits for the device
 ], ids=["syncfree-sgd", "syncfree-adamw", "zero-grad", "sync"])
 def test_which_steps_read_the_device(device, optimizer, extra, transfers):
-    model = _model().to(device)
+    model = small_mlp().to(device)
     opt, scaler = optimizer(model.parameters(), lr=0.05), GradScaler(**SCALER, **extra)
     batches = _batches()
     _train(model, opt, scaler, batches[:2], device, get_scale=False)
@@ -124,7 +120,7 @@ def test_defaults_are_pytorch_xlas():
 
 
 def test_disabled_steps_the_optimizer_as_is(device):
-    want_model, got_model = _model(), _model().to(device)
+    want_model, got_model = small_mlp(), small_mlp().to(device)
     want_opt = torch.optim.SGD(want_model.parameters(), lr=0.05)
     got_opt = torch.optim.SGD(got_model.parameters(), lr=0.05)
     scaler = GradScaler(enabled=False)

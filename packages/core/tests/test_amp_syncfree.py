@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import small_mlp
 
 import torch_xla
 import torch_xla.debug.metrics as met
@@ -35,11 +36,6 @@ def device() -> torch.device:
     return torch_xla.device()
 
 
-def _model() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3))
-
-
 def _batches() -> list[tuple[torch.Tensor, torch.Tensor]]:
     torch.manual_seed(1)
     return [(torch.randn(5, 6), torch.randn(5, 3)) for _ in range(STEPS)]
@@ -54,7 +50,7 @@ def _backward(model, x, y, poison: bool) -> None:
 
 
 def _eager(name, kwargs, skip: int | None) -> torch.nn.Module:
-    model = _model()
+    model = small_mlp()
     opt = getattr(torch.optim, name)(model.parameters(), **kwargs)
     for i, (x, y) in enumerate(_batches()):
         _backward(model, x, y, poison=i == skip)
@@ -64,7 +60,7 @@ def _eager(name, kwargs, skip: int | None) -> torch.nn.Module:
 
 
 def _syncfree(device, name, kwargs, skip: int | None, found_inf_of=None):
-    model = _model().to(device)
+    model = small_mlp().to(device)
     opt = getattr(syncfree, name)(model.parameters(), **kwargs)
     for i, (x, y) in enumerate(_batches()):
         _backward(model, x.to(device), y.to(device), poison=i == skip)
@@ -108,7 +104,7 @@ def test_found_inf_may_be_any_nonzero_count_of_any_dtype_on_the_cpu(device):
 
 @pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW"])
 def test_without_found_inf_it_is_torch_optim(device, name):
-    model, want = _model().to(device), _model()
+    model, want = small_mlp().to(device), small_mlp()
     opt = getattr(syncfree, name)(model.parameters(), lr=0.05)
     ref = getattr(torch.optim, name)(want.parameters(), lr=0.05)
     for x, y in _batches()[:2]:
@@ -120,7 +116,7 @@ def test_without_found_inf_it_is_torch_optim(device, name):
 
 
 def test_a_closure_is_evaluated_and_its_loss_returned(device):
-    model = _model().to(device)
+    model = small_mlp().to(device)
     opt = syncfree.SGD(model.parameters(), lr=0.1)
     x, y = (t.to(device) for t in _batches()[0])
 
@@ -136,7 +132,7 @@ def test_a_closure_is_evaluated_and_its_loss_returned(device):
 
 @pytest.mark.parametrize("bad", [torch.zeros(1), torch.zeros(2, 2), 0.0])
 def test_found_inf_must_be_a_0d_tensor(device, bad):
-    model = _model().to(device)
+    model = small_mlp().to(device)
     _backward(model, *(t.to(device) for t in _batches()[0]), poison=False)
     with pytest.raises(ValueError, match="found_inf tensor has to be scalar type.*0-d"):
         syncfree.SGD(model.parameters(), lr=0.1).step(found_inf=bad)

@@ -43,7 +43,6 @@ ENGINE_PACKAGES = ("torch_xla._dynamo", "torch_xla._metrics", "torch_xla.backend
                    "torch_xla.lazy", "torch_xla.lowering", "torch_xla.pjrt", "jax", "jaxlib")
 
 _SEED = object()  # a program input fed with a fresh RNG seed on every call
-_RNG_KEY_OP = "xla::rng_key"  # the node every random op takes its key from (lazy/rng.py)
 _GRAPH_RUNS = ("UncachedCompile", "CachedCompile")  # one of them counts every execution
 
 
@@ -291,7 +290,7 @@ def _compile(values: list, arg_of_leaf: dict[int, int]) -> tuple:
     """The program computing `values`, and where each of its inputs comes from on a call."""
     key, order, position, leaves = _graph_key(values)
     program = _program(key, order, position, leaves, values)
-    seeds = {id(n.inputs[0][0]) for n in order if n.op == _RNG_KEY_OP}
+    seeds = {id(n.inputs[0][0]) for n in order if n.op == rng.KEY_OP}
     sources = [arg_of_leaf.get(id(leaf), _SEED if id(leaf) in seeds else leaf)
                for leaf in leaves]
     return program, sources

@@ -22,6 +22,9 @@ import torch
 from torch_xla.lazy import ir, nodes, tensor
 from torch_xla.pjrt.client import client
 
+# The op of the node every random op takes its key from (fold_in(seed, k)).
+KEY_OP = "xla::rng_key"
+
 _MASK = (1 << 64) - 1
 _MUL, _INC = 6364136223846793005, 1442695040888963407  # Knuth's MMIX LCG
 _KEY_AVAL: ir.Aval = ((2,), torch.uint32)  # a raw jax PRNG key (threefry), uint32[2]
@@ -72,7 +75,7 @@ def key_for_next_op(device: int) -> tuple[ir.Node, int]:
         entry = _epoch[device] = [seed, 0]
     seed, index = entry
     entry[1] = index + 1
-    node = nodes.engine_node("xla::rng_key", _fold_in, (index,), [(seed, 0)], _KEY_AVAL, device)
+    node = nodes.engine_node(KEY_OP, _fold_in, (index,), [(seed, 0)], _KEY_AVAL, device)
     if tensor.is_eager():
         del _epoch[device]
         return tensor.eager_value(node, 0)
