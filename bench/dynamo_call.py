@@ -1,15 +1,18 @@
-"""Host time of one `torch.compile(backend='openxla')` call: forward + backward of a small
-MLP (16 -> 32 -> 4, batch 8), against dispatching the same compiled XLA programs directly.
+"""Host time of one `torch.compile(backend='openxla')` call of a small MLP (16 -> 32 -> 4,
+batch 8): inference, and forward + backward, against dispatching the same compiled XLA
+programs directly.
 
     python bench/dynamo_call.py
 
 Each sample drains the device first, so what is timed is the host's work up to the
 dispatch of the last program (on the CPU plugin small programs run inline, so their
-execution is in every column). Three timings: the whole call; the bridge's compiled
+execution is in every column). Four timings: the whole call; the bridge's compiled
 graphs called directly with the arguments one call gave them (gathering input buffers,
-running the program, wrapping outputs); and the programs alone, re-run with the same
-buffers straight through jax. Differences: what the bridge adds, and what dynamo's
-guards, AOTAutograd's wrappers and the autograd engine add.
+running the program, wrapping outputs); the same programs through the engine's
+`graph.run_program` (which hands each execution to the execution clock's thread); and
+the programs alone, re-run with the same buffers straight through jax. Differences:
+the bridge's own work, the clock's, and what dynamo's guards, AOTAutograd's wrappers and
+the autograd engine add.
 
 Two backward variants: `backward()` lets autograd make the root gradient (`ones_like`, a
 pending tensor the bridge must compute before the backward program: one more
@@ -68,6 +71,24 @@ def runs_of(step: Callable[[], object]) -> tuple[list, list]:
     return graphs, programs
 
 
+def measure(label: str, step: Callable[[], object]) -> None:
+    for _ in range(5):
+        step()
+    torch_xla.sync()
+    call = quantiles_ms(step)
+    graphs, programs = runs_of(step)
+    bridge = quantiles_ms(lambda: [c(*a) for c, a in graphs])
+    engine = quantiles_ms(lambda: [graph.run_program(c.device, c.program, c._inputs(a))
+                                   for c, a in graphs if c.program is not None])
+    floor = quantiles_ms(lambda: [p.run(a) for p, a in programs])
+    print(f"dynamo_call {label}: {len(programs)} programs | p10/median ms: whole call "
+          f"{call[0]:.3f}/{call[1]:.3f}, bridge calls {bridge[0]:.3f}/{bridge[1]:.3f}, "
+          f"run_program {engine[0]:.3f}/{engine[1]:.3f}, programs alone "
+          f"{floor[0]:.3f}/{floor[1]:.3f} | the bridge's own {bridge[0] - engine[0]:.3f} ms, "
+          f"run_program's clock {engine[0] - floor[0]:.3f} ms, dynamo+AOTAutograd+autograd "
+          f"{call[0] - bridge[0]:.3f} ms")
+
+
 def main() -> None:
     device = torch_xla.device()
     torch.manual_seed(0)
@@ -76,23 +97,17 @@ def main() -> None:
     one = torch.ones(()).to(device)
     loss_of = torch.compile(lambda inp: model(inp).square().mean(), backend="openxla")
 
-    def step(gradient: torch.Tensor | None) -> None:
+    def infer() -> None:
+        with torch.no_grad():
+            loss_of(x)
+
+    def train(gradient: torch.Tensor | None) -> None:
         model.zero_grad(set_to_none=True)
         loss_of(x).backward(gradient)
 
-    for gradient, label in ((None, "backward()"), (one, "backward(one)")):
-        for _ in range(5):
-            step(gradient)
-        torch_xla.sync()
-        call = quantiles_ms(lambda g=gradient: step(g))
-        graphs, programs = runs_of(lambda g=gradient: step(g))
-        bridge = quantiles_ms(lambda r=graphs: [c(*a) for c, a in r])
-        floor = quantiles_ms(lambda r=programs: [p.run(a) for p, a in r])
-        print(f"dynamo_call {label}: {len(programs)} programs | p10/median ms: whole call "
-              f"{call[0]:.3f}/{call[1]:.3f}, bridge calls {bridge[0]:.3f}/{bridge[1]:.3f}, "
-              f"programs alone {floor[0]:.3f}/{floor[1]:.3f} | the bridge adds "
-              f"{bridge[0] - floor[0]:.3f} ms, dynamo+AOTAutograd+autograd "
-              f"{call[0] - bridge[0]:.3f} ms")
+    measure("inference (no_grad)", infer)
+    measure("backward()", lambda: train(None))
+    measure("backward(one)", lambda: train(one))
 
 
 if __name__ == "__main__":

@@ -230,3 +230,51 @@ def test_bridge_module_names(device):
     assert callable(bridge.extract_compiled_graph)
     assert config.skip_input_data_check is False
     assert torch_xla._dynamo.dynamo_bridge.extract_compiled_graph is bridge.extract_compiled_graph
+
+
+# --- the per-call plan: input slots, output templates ---------------------------------
+
+
+def test_pending_input_is_computed_before_the_program(device, metrics):
+    import torch_xla._dynamo.config as config
+
+    fn = torch.compile(lambda x, y: x * y + 1, backend="openxla")
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    xx, xy = x.to(device), y.to(device)
+    fn(xx, xy)
+    synced = counter(metrics, "DynamoSyncInputExecuteTime")
+    assert_close(fn(xx * 3, xy).cpu(), x * 3 * y + 1, **TOL)  # `xx * 3` is still IR
+    assert counter(metrics, "DynamoSyncInputExecuteTime") == synced + 1
+    config.skip_input_data_check = True
+    try:
+        with pytest.raises(RuntimeError, match="skip_input_data_check"):
+            fn(xx * 3, xy)
+    finally:
+        config.skip_input_data_check = False
+
+
+def test_captured_constant_keeps_its_slot_across_calls(device):
+    def fn(x):
+        return (x * 2.5 + 0.5).pow(3) - 1.25  # the scalars become device-data constants
+
+    compiled = torch.compile(fn, backend="openxla")
+    for seed in range(3):
+        x = torch.randn(2, 3, generator=torch.Generator().manual_seed(seed))
+        assert_close(compiled(x.to(device)).cpu(), fn(x), **TOL)
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a, b: [b * 2, a + 1],  # a list of results, in order
+    lambda a, b: (a.sin(), a.sin(), b),  # one result twice, and an input returned as is
+    lambda a, b: (b.cos(), a * b),
+])
+def test_output_structure_matches_eager(device, fn):
+    a, b = torch.randn(5), torch.randn(5)
+    xa, xb = a.to(device), b.to(device)
+    compiled = torch.compile(fn, backend="openxla")
+    for _ in range(2):
+        got, want = compiled(xa, xb), fn(a, b)
+        assert type(got) is type(want) and len(got) == len(want)
+        for g, w in zip(got, want, strict=True):
+            assert g.device.type == "xla"
+            assert_close(g.cpu(), w, **TOL)

@@ -52,23 +52,39 @@ _GRAPH_RUNS = ("UncachedCompile", "CachedCompile")  # one of them counts every e
 class CompiledGraph:
     """One FX graph for one signature of its arguments, as one compiled program.
 
-    `sources` says where each program input comes from: an argument index, `_SEED`, or a
-    constant `ir.Data` captured when tracing (a lifted scalar, a tensor the graph made).
-    `outputs` rebuilds the graph's return value: ("result", k), ("arg", i) for an input
-    returned as is, ("value", v) for None, numbers and constants. `updates` lists the
-    (argument, result) pairs of the inputs the graph mutated.
+    Everything a call needs is planned when the graph compiles, so a call only gathers
+    the argument buffers, runs the program and wraps its results:
+
+    - `sources` says where each program input comes from: an argument index, `_SEED`, or
+      a constant `ir.Data` captured when tracing (a lifted scalar, a tensor the graph
+      made). The slots of each kind are listed once (`_from_args`, `_constants`,
+      `_seeds`); a constant's buffer is read on each call, since the engine may move a
+      leaf's array (SPMD places it on every device).
+    - `outputs` rebuilds the graph's return value: ("result", k), ("arg", i) for an input
+      returned as is, ("value", v) for None, numbers and constants; `_results_only` says
+      the return value is just the results in order (no copy of the list to build).
+    - `updates` lists the (argument, result) pairs of the inputs the graph mutated.
     """
 
-    __slots__ = ("device", "program", "sources", "avals", "outputs", "container", "updates")
+    __slots__ = ("device", "program", "sources", "avals", "outputs", "container", "updates",
+                 "_from_args", "_constants", "_seeds", "_results_only")
 
     def __init__(self, device: int, program: compiler.Program | None, sources: list,
                  avals: list, outputs: list, container: type | None, updates: list) -> None:
         self.device, self.program, self.sources = device, program, sources
         self.avals, self.outputs, self.container = avals, outputs, container
         self.updates = updates
+        self._from_args = [(k, s) for k, s in enumerate(sources) if type(s) is int]
+        self._constants = [(k, s) for k, s in enumerate(sources)
+                           if type(s) is not int and s is not _SEED]
+        self._seeds = [k for k, s in enumerate(sources) if s is _SEED]
+        self._results_only = (container is not None and not updates
+                              and outputs == [("result", k) for k in range(len(avals))])
 
     def __call__(self, *args: Any) -> Any:
         results = self._run(args) if self.program is not None else []
+        if self._results_only:
+            return results if self.container is list else tuple(results)
         for i, k in self.updates:
             with torch.no_grad():
                 args[i].copy_(results[k])
@@ -80,26 +96,36 @@ class CompiledGraph:
 
     def _run(self, args: tuple) -> list:
         arrays = self._inputs(args)
-        _metrics.metric("RunCachedGraphInputData").add(len(arrays))
+        _INPUT_DATA.add(len(arrays))
         device = self.device
         results = graph.run_program(device, self.program, arrays)
-        _metrics.metric("RunCachedGraphOutputData").add(len(results))
-        return [functional.wrap(XLATensor(ir.Data(array, aval, device)))
+        _OUTPUT_DATA.add(len(results))
+        wrap = _identity if functional.inside_functionalization() else _to_functional_tensor
+        return [wrap(XLATensor(ir.Data(array, aval, device)))
                 for array, aval in zip(results, self.avals, strict=True)]
 
     def _inputs(self, args: tuple) -> list:
-        arrays = []
-        for source in self.sources:
-            if type(source) is int:
-                node = _engine_tensor(args[source])._node
-                if node.rule is not None:
-                    return self._inputs(_sync_inputs(args))
-                arrays.append(node.array)
-            elif source is _SEED:
-                arrays.append(client().to_device(rng.next_key(), self.device))
-            else:
-                arrays.append(source.array)
+        arrays = [None] * len(self.sources)
+        for k, leaf in self._constants:
+            arrays[k] = leaf.array
+        for k, i in self._from_args:
+            node = _engine_tensor(args[i])._node
+            if node.rule is not None:
+                _sync_inputs(args)
+                return self._inputs(args)
+            arrays[k] = node.array
+        for k in self._seeds:
+            arrays[k] = client().to_device(rng.next_key(), self.device)
         return arrays
+
+
+_INPUT_DATA = _metrics.metric("RunCachedGraphInputData")
+_OUTPUT_DATA = _metrics.metric("RunCachedGraphOutputData")
+_to_functional_tensor = torch._to_functional_tensor
+
+
+def _identity(t: XLATensor) -> XLATensor:
+    return t
 
 
 def _engine_tensor(t: torch.Tensor) -> XLATensor:
@@ -116,7 +142,7 @@ _functionalize_sync = torch._functionalize_sync
 _from_functional_tensor = torch._from_functional_tensor
 
 
-def _sync_inputs(args: Sequence[Any]) -> Sequence[Any]:
+def _sync_inputs(args: Sequence[Any]) -> None:
     """Compute the arguments that are still pending IR, as PyTorch/XLA does: one graph,
     the same one the trace computed them in (`_pending_arguments`), so it compiles once."""
     pending = _pending_arguments(args)
@@ -128,7 +154,6 @@ def _sync_inputs(args: Sequence[Any]) -> Sequence[Any]:
         )
     _metrics.counter("DynamoSyncInputExecuteTime").inc()
     graph.sync(pending)
-    return args
 
 
 def _pending_arguments(args: Sequence[Any]) -> list[XLATensor]:

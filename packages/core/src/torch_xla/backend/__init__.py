@@ -28,9 +28,12 @@ class _Hooks(torch._C._acc.PrivateUse1Hooks):
         return True
 
 
+_PRIVATE_USE1 = torch._C._autograd.DeviceType.PrivateUse1
+
+
 class _Guard(torch._C._acc.DeviceGuard):
-    def type_(self):
-        return torch._C._autograd.DeviceType.PrivateUse1
+    def type_(self):  # called from C++ twice per op that autograd records: kept cheap
+        return _PRIVATE_USE1
 
 
 def register() -> None:

@@ -2,10 +2,11 @@
 
 The choice is made once per overload and kept in `_rules`; `choose_rule` is the
 whole decision order. The engine's own rules (`special.py`) register into
-`SPECIAL` with the `special` decorator. Recording is the hot path: it flattens
-the arguments without pytree, looks the output shapes up in a cache keyed by
-(op, static args, input shapes/dtypes, scalar types) and only on a miss runs
-the op on meta tensors. A random op also takes its key as an input (`rng.py`).
+`SPECIAL` with the `special` decorator. Recording is the hot path: it walks the
+arguments once without pytree, looks the node's template, output shapes and
+hash up in the op's cache keyed by (static args, input shapes/dtypes, scalar
+types) and only on a miss runs the op on meta tensors. A random op also takes
+its key as an input (`rng.py`).
 
 Each op the engine handles itself (a lowering or an engine rule) counts
 `xla::<op>` and adds its host time to `LazyTracing`, as PyTorch/XLA does; an op
@@ -15,6 +16,8 @@ run on the CPU counts `aten::<op>` instead (`fallback.py`).
 from __future__ import annotations
 
 import functools
+import importlib
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,13 +47,16 @@ ON_CPU: dict[OpOverload, str] = {
         "median.dim overload keeps its lowering)"),
 }
 
-# op -> (rule, its xla::<op> counter or None): chosen once per overload.
-_rules: dict[OpOverload, tuple[Rule, _metrics.Counter | None]] = {}
+# id(op) -> (op, rule, its xla::<op> counter or None): chosen once per overload. Keyed by
+# id since an OpOverload hashes in Python, a cost on every op; the entry keeps the op, so
+# an id reused by a later op (after a custom op's library is gone) is noticed.
+_rules: dict[int, tuple[OpOverload, Rule, _metrics.Counter | None]] = {}
 _TRACING = _metrics.metric("LazyTracing")
 _perf_counter = time.perf_counter
 _FALLBACK = object()  # shape-cache entry: the op cannot be recorded for these inputs
-_shape_cache: dict[tuple, Any] = {}
-_SLOTS = [ir.Slot(i) for i in range(64)]
+# op -> {cache key -> (template, output avals, output container, hash) or _FALLBACK}
+_shape_cache: dict[OpOverload, dict[tuple, Any]] = {}
+_SLOTS = [ir.Slot(i) for i in range(64)]  # shared by every template; grown on demand
 
 
 def special(*ops: OpOverload | None) -> Callable[[Rule], Rule]:
@@ -70,10 +76,10 @@ def special(*ops: OpOverload | None) -> Callable[[Rule], Rule]:
 
 def run(func: OpOverload, args: tuple, kwargs: dict) -> Any:
     start = _perf_counter()
-    entry = _rules.get(func)
-    if entry is None:
-        entry = _rules[func] = _rule_entry(func)
-    rule, counter = entry
+    entry = _rules.get(id(func))
+    if entry is None or entry[0] is not func:
+        entry = _rules[id(func)] = (func, *_rule_entry(func))
+    _, rule, counter = entry
     out = rule(func, args, kwargs)
     if counter is not None:
         counter.value += 1
@@ -100,10 +106,7 @@ def choose_rule(func: OpOverload) -> Rule:
         return inplace if inplace is not None else fallback.run_cpu  # out= variants
     entry = lowering.lookup(func)
     if entry is not None:
-        lift = nodes.lift_plan(func)
-        if lift:
-            return lambda f, a, k: record(f, entry, *nodes.lift(lift, a, k))
-        return lambda f, a, k: record(f, entry, a, k)
+        return _recorder(func, entry)
     decomposition = _decompositions().get(func)
     if decomposition is not None:
         return lambda f, a, k: decomposition(*a, **k)
@@ -126,25 +129,71 @@ def _mutates(func: OpOverload) -> bool:
 
 
 # --- recording ----------------------------------------------------------------
+#
+# The hot path. Per op it walks the arguments once, collecting the tensors and a
+# *signature* in which each tensor is the marker `_TENSOR`; the signature, the inputs'
+# avals and the scalars' types key the op's shape cache. A hit gives everything the
+# node needs (the template with slots, output avals and container, structural hash),
+# so meta tensors, slot templates and hashes are made once per key, not per op.
+
+_TENSOR = object()  # a tensor argument in a signature (slot `i` for the i-th tensor)
+# Floats whose == misleads a cache key, as markers in a signature: -0.0 == 0.0 but lowers
+# otherwise, and NaN != NaN would miss the cache (and grow it) on every op.
+_NEG_ZERO, _NAN = object(), object()
+_FLOAT_MARKERS = {_NEG_ZERO: -0.0, _NAN: math.nan}
+
+
+def _recorder(func: OpOverload, entry: lowering.Lowering) -> Rule:
+    """The rule recording `func`, with its lifted scalars (if any) and its shape cache (a
+    partial: no Python frame of its own)."""
+    return functools.partial(_record, nodes.lift_plan(func), entry, _shapes_of(func))
+
+
+def _shapes_of(func: OpOverload) -> dict:
+    found = _shape_cache.get(func)
+    if found is None:
+        found = _shape_cache[func] = {}
+    return found
+
+
+def _signature(seq: Any, tensors: list, types: list) -> tuple:
+    """`seq` with tensors replaced by `_TENSOR` (appended to `tensors`), lists made tuples;
+    each other leaf's type goes to `types` (1, 1.0 and True are equal but lower apart)."""
+    out = []
+    for a in seq:
+        t = type(a)
+        if t is XLATensor or t is Lifted:
+            tensors.append(a)
+            out.append(_TENSOR)
+        elif t is list or t is tuple:
+            out.append(_signature(a, tensors, types))
+        elif isinstance(a, torch.Tensor):  # a functional XLA tensor or a CPU scalar
+            tensors.append(a)
+            out.append(_TENSOR)
+        else:
+            if t is float and (a != a or (a == 0.0 and math.copysign(1.0, a) < 0)):
+                a = _NAN if a != a else _NEG_ZERO
+            types.append(t)
+            out.append(a)
+    return tuple(out)
+
+
+def _slotted(signature: Any, count: list) -> Any:
+    """The node's template: `signature` with the i-th `_TENSOR` replaced by slot i."""
+    if signature is _TENSOR:
+        count[0] += 1
+        return _slot(count[0] - 1)
+    if type(signature) is tuple:
+        return tuple([_slotted(a, count) for a in signature])
+    if signature is _NEG_ZERO or signature is _NAN:
+        return _FLOAT_MARKERS[signature]
+    return signature
 
 
 def _slot(i: int) -> ir.Slot:
-    return _SLOTS[i] if i < len(_SLOTS) else ir.Slot(i)
-
-
-def _flat(a: Any, tensors: list, types: list) -> Any:
-    """`a` with tensors replaced by slots (appended to `tensors`), lists made tuples."""
-    if isinstance(a, torch.Tensor):
-        tensors.append(a)
-        return _slot(len(tensors) - 1)
-    t = type(a)
-    if t is list or t is tuple:
-        return tuple([_flat(x, tensors, types) for x in a])
-    if t is Lifted:
-        tensors.append(a)
-        return _slot(len(tensors) - 1)
-    types.append(t)
-    return a
+    while len(_SLOTS) <= i:
+        _SLOTS.append(ir.Slot(len(_SLOTS)))
+    return _SLOTS[i]
 
 
 def input_values(tensors: list, device: int | None) -> tuple[list, int]:
@@ -159,14 +208,46 @@ def input_values(tensors: list, device: int | None) -> tuple[list, int]:
     values = []
     for t in tensors:
         if type(t) is XLATensor:
-            if t._node.device != device:
-                raise device_mismatch_error(device, t._node.device)
-            values.append((t._node, t._index))
+            node = t._node
+            if node.device != device:
+                raise device_mismatch_error(device, node.device)
+            values.append((node, t._index))
         elif type(t) is Lifted:
             values.append((nodes.lifted_data(t.value, _scalar_dtype(tensors), device), 0))
         else:
             values.append(nodes.as_value(t, device))
     return values, device
+
+
+def _inputs(tensors: list, device: int | None) -> tuple[list, tuple, int]:
+    """`input_values` and the values' avals, inline for the common case: engine tensors on
+    one device and lifted scalars."""
+    values, avals, lifted = [], [], []
+    for t in tensors:
+        kind = type(t)
+        if kind is XLATensor:
+            node, index = t._node, t._index
+            if device is None:
+                device = node.device
+            elif node.device != device:
+                raise device_mismatch_error(device, node.device)
+            values.append((node, index))
+            avals.append(node.avals[index])
+        elif kind is Lifted:  # filled below, once the device is known
+            lifted.append(len(values))
+            values.append(None)
+            avals.append(None)
+        else:
+            values, device = input_values(tensors, device)
+            return values, tuple([n.avals[i] for n, i in values]), device
+    if device is None:
+        device = threads.current_index()
+    if lifted:
+        dtype = _scalar_dtype(tensors)
+        for i in lifted:
+            values[i] = (nodes.lifted_data(tensors[i].value, dtype, device), 0)
+            avals[i] = values[i][0].avals[0]
+    return values, tuple(avals), device
 
 
 def _scalar_dtype(tensors: list) -> torch.dtype:
@@ -188,29 +269,39 @@ def _device_arg(kwargs: dict) -> int | None:
 
 
 def record(func: OpOverload, entry: lowering.Lowering, args: tuple, kwargs: dict) -> Any:
+    """Record `func` (which has the lowering `entry`) on its XLA arguments."""
+    return _record((), entry, _shapes_of(func), func, args, kwargs)
+
+
+def _record(lift: tuple, entry: lowering.Lowering, cache: dict, func: OpOverload,
+            args: tuple, kwargs: dict) -> Any:
+    """Record `func`, its floats named by the lift plan `lift` made inputs, its output
+    shapes from `cache` (the op's shape cache)."""
+    if lift:
+        args, kwargs = nodes.lift(lift, args, kwargs)
     tensors: list = []
     types: list = []
-    template = _flat(args, tensors, types)
-    kw_template = tuple([(k, _flat(v, tensors, types)) for k, v in kwargs.items()])
-    values, device = input_values(tensors, _device_arg(kwargs) if "device" in kwargs else None)
-    key = (func, template, kw_template, tuple([n.avals[i] for n, i in values]), tuple(types))
-    shapes = _shape_cache.get(key)
+    signature = _signature(args, tensors, types)
+    if kwargs:
+        kw_signature = tuple([(k, _signature((v,), tensors, types)) for k, v in kwargs.items()])
+        device = _device_arg(kwargs) if "device" in kwargs else None
+    else:
+        kw_signature, device = (), None
+    values, avals, device = _inputs(tensors, device)
+    key = (signature, kw_signature, avals, tuple(types))
+    shapes = cache.get(key)
     if shapes is None:
-        shapes = _shape_cache[key] = _infer(func, args, kwargs, key)
+        shapes = cache[key] = _infer(func, args, kwargs, key)
     if shapes is _FALLBACK:
         return fallback.run_cpu(func, args, kwargs)
-    avals, structure, key_hash = shapes
+    template, avals, structure, key_hash = shapes
     if entry.needs_rng:  # the key is an input, fixed now: one value in every graph
-        kw_template += (("rng", _slot(len(values))),)
+        template = (template[0], template[1] + (("rng", _slot(len(values))),))
         values.append(rng.key_for_next_op(device))
-    node = ir.Node(func, entry, (template, kw_template), values, avals, device, key_hash)
-    return wrap(node, structure)
-
-
-def wrap(node: ir.Node, structure: Any) -> Any:
+    node = ir.Node(func, entry, template, values, avals, device, key_hash)
     if structure is None:
         return XLATensor(node, 0)
-    return structure(None if a is None else XLATensor(node, i) for i, a in enumerate(node.avals))
+    return structure(None if a is None else XLATensor(node, i) for i, a in enumerate(avals))
 
 
 def _to_meta(a: Any) -> Any:
@@ -224,7 +315,20 @@ def _to_meta(a: Any) -> Any:
 
 
 def _infer(func: OpOverload, args: tuple, kwargs: dict, key: tuple) -> Any:
-    """(output avals, output container type or None, hash) from running on meta tensors."""
+    """(template, output avals, output container or None, hash) for the op with cache key
+    `key`, its output shapes from running it on meta tensors."""
+    outputs = _meta_outputs(func, args, kwargs)
+    if outputs is _FALLBACK:
+        return _FALLBACK
+    signature, kw_signature = key[0], key[1]
+    count = [0]
+    template = (_slotted(signature, count),
+                tuple([(k, _slotted(v, count)[0]) for k, v in kw_signature]))
+    return (template, *outputs, hash((func, key)))
+
+
+def _meta_outputs(func: OpOverload, args: tuple, kwargs: dict) -> Any:
+    """(output avals, output container type or None) from running on meta tensors."""
     margs, mkwargs = pytree.tree_map(
         _to_meta, (args, kwargs), is_leaf=lambda a: type(a) is Lifted
     )
@@ -235,20 +339,18 @@ def _infer(func: OpOverload, args: tuple, kwargs: dict, key: tuple) -> Any:
     except Exception:  # data-dependent shape, no meta kernel, or a user error the CPU reports
         return _FALLBACK
     if isinstance(out, torch.Tensor):
-        return ((tuple(out.shape), out.dtype),), None, hash(key)
+        return ((tuple(out.shape), out.dtype),), None
     if isinstance(out, (tuple, list)) and all(
         o is None or isinstance(o, torch.Tensor) for o in out
     ):
-        avals = tuple(None if o is None else (tuple(o.shape), o.dtype) for o in out)
-        return avals, type(out), hash(key)
+        return tuple(None if o is None else (tuple(o.shape), o.dtype) for o in out), type(out)
     if isinstance(out, tuple) and all(isinstance(o, (torch.Tensor, list)) for o in out):
         # (Tensor[], Tensor) returns (_amp_foreach_non_finite_check_and_unscale, the fused
         # optimizers): one aval per tensor, the lists rebuilt around the node's outputs
         sizes = tuple(len(o) if isinstance(o, list) else None for o in out)
         flat = [t for o in out for t in (o if isinstance(o, list) else [o])]
         if all(isinstance(t, torch.Tensor) for t in flat):
-            avals = tuple((tuple(t.shape), t.dtype) for t in flat)
-            return avals, functools.partial(_nest, sizes), hash(key)
+            return tuple((tuple(t.shape), t.dtype) for t in flat), functools.partial(_nest, sizes)
     return _FALLBACK
 
 
@@ -267,4 +369,23 @@ def record_lowered(func: OpOverload, args: tuple, kwargs: dict) -> Any:
     return record(func, entry, args, kwargs)
 
 
+# Modules torch imports on first use inside the dispatch of an op (about 2 s together):
+# loaded with the engine instead, so that the first transfer and op of a process cost what
+# the later ones do (a profiler's trace window opened just before them relies on that).
+_LOADED_BY_TORCH_ON_FIRST_OP = (
+    # torch's C++ dispatch to any `__torch_dispatch__` subclass looks the DTensor class up
+    "torch.distributed.tensor",
+    # `torch._disable_dynamo` around torch's Python meta kernels, which shape inference runs
+    "torch._dynamo",
+)
+
+
+def _load_torch_modules() -> None:
+    for name in _LOADED_BY_TORCH_ON_FIRST_OP:
+        if name.startswith("torch.distributed") and not torch.distributed.is_available():
+            continue
+        importlib.import_module(name)
+
+
+_load_torch_modules()
 tensor.set_dispatcher(run)

@@ -165,21 +165,29 @@ def lift_plan(func: OpOverload) -> tuple:
 
 
 def _lift_value(v: Any) -> Any:
-    if type(v) is float and v not in SPECIAL_SCALARS:
-        return Lifted(v)
+    if type(v) is float:
+        return v if v in SPECIAL_SCALARS else Lifted(v)
     if type(v) is list or type(v) is tuple:
         return [_lift_value(x) for x in v]
     return v
 
 
 def lift(plan: tuple, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    args = list(args)
+    """`args` and `kwargs` with the floats that `plan` names lifted (themselves when none
+    is: an op on a tensor and a special scalar copies nothing)."""
+    lifted = None
     for i, name in plan:
         if i is not None and i < len(args):
-            args[i] = _lift_value(args[i])
+            v = args[i]
+            if type(v) is not float and type(v) is not list and type(v) is not tuple:
+                continue  # a tensor, an int, a bool: nothing to lift
+            new = _lift_value(v)
+            if new is not v:
+                lifted = list(args) if lifted is None else lifted
+                lifted[i] = new
         elif name in kwargs:
             kwargs = {**kwargs, name: _lift_value(kwargs[name])}
-    return tuple(args), kwargs
+    return (args if lifted is None else tuple(lifted)), kwargs
 
 
 _lifted: dict[tuple, jnp.ndarray] = {}  # by Python value: no CPU tensor made on the hot path
@@ -194,7 +202,7 @@ def lifted_data(value: float, dtype: torch.dtype, device: int) -> ir.Data:
         if len(_lifted) >= SCALAR_CACHE_SIZE:
             _lifted.clear()
         found = _lifted[key] = scalar_data(torch.tensor(value, dtype=dtype), device).array
-    return data(found, dtype, device)  # a leaf per use, as in `scalar_data`
+    return ir.Data(found, ((), dtype), device)  # a leaf per use, as in `scalar_data`
 
 
 def device_scalar(value: float, dtype: torch.dtype, device: int) -> XLATensor:

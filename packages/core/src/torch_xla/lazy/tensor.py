@@ -84,6 +84,7 @@ def torch_device(index: int) -> torch.device:
 class XLATensor(torch.Tensor):
     """Holds output `_index` of IR node `_node` (device data once computed)."""
 
+    __slots__ = ("_node", "_index", "_ref")  # set for every recorded op: slots are cheaper
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @staticmethod
