@@ -90,8 +90,12 @@ def test_get_master_ip_in_a_job_is_the_coordinator_host():
     assert result.stdout.strip() == "127.0.0.1"
 
 
-def test_is_spmd_is_never_true(monkeypatch):
+def test_is_spmd_reads_xla_use_spmd_as_upstream(monkeypatch):
     monkeypatch.setenv("XLA_USE_SPMD", "1")
+    assert xr.is_spmd() is True
+    monkeypatch.setenv("XLA_USE_SPMD", "0")
+    assert xr.is_spmd() is False
+    monkeypatch.delenv("XLA_USE_SPMD")
     assert xr.is_spmd() is False
 
 

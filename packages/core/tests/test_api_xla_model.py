@@ -67,7 +67,7 @@ def test_send_cpu_data_to_device_moves_cpu_tensors_of_any_nesting(device):
     moved = xm.send_cpu_data_to_device(data, device)
     assert moved["a"][0].device == device and moved["a"][1] == 5
     assert moved["b"] is data["b"]
-    with pytest.raises(NotImplementedError, match="SPMD"):
+    with pytest.raises(RuntimeError, match="needs SPMD mode: call torch_xla.runtime.use_spmd"):
         xm.send_cpu_data_to_device(torch.ones(1), device, input_sharding=object())
 
 

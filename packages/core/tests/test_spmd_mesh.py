@@ -24,11 +24,11 @@ def test_mesh_shape_and_logical_mesh():
 
 
 @pytest.mark.parametrize("args, message", [
-    (([0, 1, 2], (2, 2)), "3 device ids do not fill mesh_shape (2, 2)"),
-    (([0, 0, 1, 2], (2, 2)), "device ids must be distinct"),
-    (([0, 1, 2, 7], (2, 2)), "device ids must be 0..3"),
-    (([0, 1, 2, 3], (2, 2), ("x",)), "1 axis names ('x',) for a 2-d mesh_shape"),
-    (([0, 1, 2, 3], (2, 2), ("x", "x")), "axis names must be distinct"),
+    (([0, 1, 2], (2, 2)), "Number of device IDs (3) must match mesh size (4"),
+    (([0, 0, 1, 2], (2, 2)), "Device IDs must be unique"),
+    (([0, 1, 2, 7], (2, 2)), "Device IDs must be less than mesh size (4)"),
+    (([0, 1, 2, 3], (2, 2), ("x",)), "Number of axis names 1 ('x',) must match mesh dimensions 2"),
+    (([0, 1, 2, 3], (2, 2), ("x", "x")), "Axis names must be unique"),
 ])
 def test_bad_meshes_say_what_is_wrong(args, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):

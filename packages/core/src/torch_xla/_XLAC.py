@@ -90,18 +90,34 @@ def _xla_num_devices() -> int:
     """Devices this process drives."""
     from torch_xla.pjrt.client import client
 
-    return len(client().devices)
+    return client().device_count()
 
 
 def _xla_get_devices() -> list[str]:
-    """Runtime names of the devices this process drives, `xla:0` first."""
+    """Runtime names of the devices this process drives, `xla:0` first (SPMD: `xla:0`'s)."""
     from torch_xla.pjrt.client import client
 
-    return [_runtime_name(d) for d in client().devices]
+    runtime = client()
+    return [_runtime_name(d) for d in runtime.devices[:runtime.device_count()]]
 
 
 def _xla_get_all_devices() -> list[str]:
-    """Runtime names of every device of the job, by global ordinal."""
+    """Runtime names of every device of the job, by global ordinal (SPMD: the virtual one)."""
+    from torch_xla.pjrt.client import client
+
+    runtime = client()
+    return [f"{runtime.name}:{k}" for k in range(runtime.global_device_count())]
+
+
+def _xla_num_runtime_devices() -> int:
+    """Runtime devices this process drives (in SPMD mode too)."""
+    from torch_xla.pjrt.client import client
+
+    return len(client().devices)
+
+
+def _xla_get_all_runtime_devices() -> list[str]:
+    """Runtime names of every device of the job (in SPMD mode too)."""
     from torch_xla.pjrt.client import client
 
     runtime = client()
@@ -211,6 +227,94 @@ def _attributes(jax_device: Any) -> dict[str, object]:
         if value is not None:
             found[name] = value
     return found
+
+
+# --- SPMD sharding (torch_xla.distributed.spmd is built on the same engine functions) -----
+
+
+def _sharded_engine_tensor(tensor: Any) -> Any:
+    """The engine tensor of an XLA tensor or of an `XLAShardedTensor` around one."""
+    from torch_xla.lazy import functional
+
+    return functional.unwrap(getattr(tensor, "global_tensor", tensor))
+
+
+def _get_xla_sharding_spec(tensor: Any) -> str:
+    """PyTorch/XLA's sharding text of an XLA tensor (`''` when nothing laid it out)."""
+    from torch_xla.lazy import sharding
+
+    return sharding.spec(_sharded_engine_tensor(tensor))
+
+
+def _get_xla_sharding_type(tensor: Any) -> int | None:
+    """The tensor's `ShardingType` as an int, or None when it has no sharding."""
+    from torch_xla.distributed.spmd import xla_sharded_tensor
+
+    found = xla_sharded_tensor.sharding_type(tensor)
+    return None if found is None else int(found)
+
+
+def _xla_mark_sharding(tensor: Any, sharding: Any) -> None:
+    """Lay `tensor` out as `sharding` (what `Mesh.get_op_sharding(spec)` returns)."""
+    from torch_xla.lazy import sharding as layouts
+
+    layouts.annotate(_sharded_engine_tensor(tensor), sharding)
+
+
+def _xla_clear_sharding(tensor: Any) -> None:
+    from torch_xla.lazy import sharding
+
+    sharding.clear(_sharded_engine_tensor(tensor))
+
+
+def _get_local_shards(tensors: list) -> list[list[tuple[Any, str]]]:
+    """Per tensor, (host copy, runtime device) of each tile on this process's devices."""
+    from torch_xla.distributed.spmd import xla_sharded_tensor
+
+    return [[(data, device) for data, _, device, _ in xla_sharded_tensor.local_shards(t)]
+            for t in tensors]
+
+
+def _get_local_shard_replica_and_indices(tensors: list) -> list[list[tuple[int, Any]]]:
+    """Per tensor, (replica id, indices) of each tile on this process's devices."""
+    from torch_xla.distributed.spmd import xla_sharded_tensor
+
+    return [[(replica, indices) for _, indices, _, replica in
+             xla_sharded_tensor.local_shards(t)] for t in tensors]
+
+
+def _load_local_shards(tensor: Any, shards: list, devices: list[str]) -> None:
+    from torch_xla.distributed.spmd import xla_sharded_tensor
+
+    xla_sharded_tensor.load_local_shards(tensor, shards, devices)
+
+
+def _global_tensor_from_cpu_shards(shards: list, sharding: Any, global_shape: Any = None) -> Any:
+    """An XLA tensor laid out as `sharding` from one CPU tile per device of this process
+    (in device order); `global_shape` defaults to the tiles put together."""
+    from torch_xla.lazy import functional, transfer
+    from torch_xla.lazy import sharding as layouts
+    from torch_xla.lazy.tensor import XLATensor
+
+    if not shards:
+        raise RuntimeError("_global_tensor_from_cpu_shards: no shards given.")
+    tiles = [transfer.to_numpy(s.contiguous()) for s in shards]
+    if global_shape is None:
+        global_shape = _whole_shape(sharding, tuple(tiles[0].shape))
+    shape = tuple(int(d) for d in global_shape)
+    dtype = shards[0].dtype
+    tiles = [t.astype(tiles[0].dtype) for t in tiles]
+    data = layouts.from_shards(tiles, dtype, sharding, shape, 0)
+    return functional.wrap(XLATensor(data))
+
+
+def _whole_shape(sharding: Any, tile: tuple) -> tuple:
+    """The global shape whose even tiles under `sharding` are `tile`."""
+    hlo = sharding._to_xla_hlo_sharding(len(tile))
+    if hlo.is_replicated():
+        return tile
+    dims = list(hlo.tile_assignment_dimensions())[:len(tile)]
+    return tuple(n * d for n, d in zip(tile, dims, strict=True))
 
 
 # --- random numbers ---------------------------------------------------------------------
@@ -354,18 +458,34 @@ def _runtime_name_of(index: int) -> str:
 
 
 def _lowered(tensors: list) -> Any:
+    """The graph computing `tensors`, lowered (not compiled). A graph holding collectives
+    is lowered as the replicated program of as many replicas as they name."""
     import jax
 
-    from torch_xla.lazy import compiler
+    from torch_xla.lazy import compiler, replicas
 
     order, position, leaves, values = _pending_graph(tensors)
     fn = compiler.graph_function(order, position, leaves, values)
-    return jax.jit(fn).lower(*[leaf.array for leaf in leaves])
+    args = [leaf.array for leaf in leaves]
+    world = _collective_world(order)
+    if world is None:
+        return jax.jit(fn).lower(*args)
+    return replicas.lower_view(fn, args, [n.avals[i] for n, i in values], world)
+
+
+def _collective_world(order: list) -> int | None:
+    """The most replicas a collective of the graph names (None: it holds no collective)."""
+    worlds = [dict(n.template[1]).get("world", 1) for n in order
+              if getattr(n.rule, "collective", False)]
+    return max(worlds, default=None)
 
 
 def _get_xla_tensors_hlo(tensors: list) -> str:
-    """The HLO module (before XLA's optimizations) that computes `tensors`; nothing runs."""
-    return _lowered(tensors).as_text(dialect="hlo")
+    """The HLO module (before XLA's optimizations) that computes `tensors`, printed as
+    PyTorch/XLA prints it (`%name.N = ...`); nothing runs."""
+    from torch_xla.lazy import dump
+
+    return dump.hlo_text(_lowered(tensors))
 
 
 def _get_stablehlo(tensors: list, device: str = _DEFAULT_DEVICE, devices: list | None = None,

@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import os
 import socket
+import warnings
 
 import torch
 
 import torch_xla
 from torch_xla.core import xla_env_vars as xenv
-from torch_xla.lazy import replicas
+from torch_xla.lazy import replicas, tensor
 from torch_xla.pjrt import cache as compile_cache
-from torch_xla.pjrt import distributed, threads
+from torch_xla.pjrt import distributed, spmd, threads
 from torch_xla.pjrt.client import XlaRuntimeError, client, started
 from torch_xla.plugins import registry
 
@@ -92,8 +93,8 @@ def local_process_count() -> int:
 
 
 def addressable_device_count() -> int:
-    """Devices this process drives."""
-    return len(client().devices)
+    """Devices this process drives (one, the virtual device, in SPMD mode)."""
+    return client().device_count()
 
 
 def local_device_count() -> int:
@@ -102,8 +103,8 @@ def local_device_count() -> int:
 
 
 def global_device_count() -> int:
-    """Devices of the whole job."""
-    return len(client().global_devices)
+    """Devices of the whole job (one, the virtual device, in SPMD mode)."""
+    return client().global_device_count()
 
 
 def host_index() -> int:
@@ -135,13 +136,13 @@ def get_num_cached_compilation_graph() -> int:
 
 
 def global_runtime_device_count() -> int:
-    """Runtime devices of the whole job (the same as `global_device_count`: no SPMD here)."""
-    return len(torch_xla._XLAC._xla_get_all_devices())
+    """Runtime devices of the whole job: in SPMD mode the devices behind the virtual one."""
+    return len(torch_xla._XLAC._xla_get_all_runtime_devices())
 
 
 def addressable_runtime_device_count() -> int:
     """Runtime devices this process drives."""
-    return torch_xla._XLAC._xla_num_devices()
+    return torch_xla._XLAC._xla_num_runtime_devices()
 
 
 def runtime_device_attributes(device: str | torch.device) -> dict[str, object]:
@@ -176,7 +177,31 @@ def get_master_ip() -> str:
     return socket.gethostbyname(host)
 
 
+def use_spmd(auto: bool | None = False) -> None:
+    """Run programs in SPMD mode: `xla:0` becomes one virtual device over every device of
+    the job, and `xs.mark_sharding` decides how tensors are laid out over them. Call it
+    at the start of the program; tensors created before are replicated on first use."""
+    if auto:
+        raise NotImplementedError(
+            "use_spmd(auto=True): XLA's auto-sharding pass is not available through jax's "
+            "compiler here; annotate tensors with xs.mark_sharding instead.")
+    if os.environ.get(spmd.USE_SPMD_VARIABLE) is not None:
+        warnings.warn("XLA_USE_SPMD is being deprecated. Use torch_xla.runtime.use_spmd() "
+                      "without setting XLA_USE_SPMD env-var.", stacklevel=2)
+    if started() is not None and not spmd.enabled() and replicas_live():
+        warnings.warn("Replicating tensors already initialized on non-virtual XLA device for "
+                      "SPMD to force SPMD mode. This is one-time overhead to setup; call "
+                      "use_spmd() before creating tensors to avoid it.", stacklevel=2)
+    os.environ[spmd.USE_SPMD_VARIABLE] = "1"
+    spmd.enable()
+
+
+def replicas_live() -> bool:
+    """Whether XLA tensors exist (they were made on one device, before SPMD mode)."""
+    return bool(tensor.live_tensors())
+
+
 def is_spmd() -> bool:
-    """Whether programs run in SPMD mode: never here (replicas are processes; see
-    docs/migration.md), whatever XLA_USE_SPMD says."""
-    return False
+    """Whether SPMD mode is asked for (XLA_USE_SPMD, which `use_spmd()` sets), as in
+    PyTorch/XLA."""
+    return spmd.requested()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 _STATE_BYTES = 8  # the device RNG state (`lazy/rng.py`) is one 64-bit integer per process
@@ -27,7 +29,7 @@ class XlaDeviceModule:
     def device_count(self) -> int:
         from torch_xla.pjrt.client import client
 
-        return len(client().devices)
+        return client().device_count()
 
     def current_device(self) -> int:
         return 0
@@ -75,3 +77,32 @@ class XlaDeviceModule:
         from torch_xla.lazy import graph
 
         graph.wait_device_ops()
+
+    # XLA orders a device's work itself: one stream per process stands for it, enough for
+    # callers that overlap copies with streams (torch.distributed.checkpoint's writer).
+    def current_stream(self, device=None) -> XlaStream:
+        return _STREAM
+
+    def default_stream(self, device=None) -> XlaStream:
+        return _STREAM
+
+    def stream(self, stream: XlaStream | None) -> contextlib.AbstractContextManager:
+        return contextlib.nullcontext(stream)
+
+
+class XlaStream:
+    """The one stream of the xla device: waiting on it waits for all queued device work."""
+
+    def synchronize(self) -> None:
+        from torch_xla.lazy import graph
+
+        graph.wait_device_ops()
+
+    def wait_stream(self, stream: XlaStream) -> None:
+        """Nothing to wait for: there is no other stream."""
+
+    def query(self) -> bool:
+        return True
+
+
+_STREAM = XlaStream()

@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 import torch_xla
 import torch_xla.runtime as xr
 from torch_xla._atomic import atomic_open
-from torch_xla.lazy import dispatch, functional, graph, nodes, rng, special
+from torch_xla.lazy import dispatch, functional, graph, nodes, rng, sharding, special
 from torch_xla.lazy.replicas import rendezvous as replica_rendezvous
 from torch_xla.lazy.tensor import XLATensor, device_index, not_xla_error
 from torch_xla.lowering import collectives
@@ -39,7 +39,7 @@ def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device
         raise RuntimeError(f"xla_device(devkind={devkind!r}): this process runs on "
                            f"{xr.device_type()} devices only.")
     index = device_index(None) if n is None else int(n)
-    count = len(client().devices)
+    count = client().device_count()
     if not 0 <= index < count:
         raise IndexError(f"Device index {index} out of range: xla:{index} does not exist; this "
                          f"process has {count} device(s), {get_xla_supported_devices()}.")
@@ -211,7 +211,9 @@ def reduce_gradients(
 # Each checks its arguments (the rules live with the lowerings, in
 # torch_xla/lowering/collectives.py) and records one node in the lazy graph; the step that
 # holds it compiles as one program run by every replica (torch_xla/lazy/replicas.py).
-# With one replica they reduce to plain tensor ops, as PyTorch/XLA's do.
+# With one replica they reduce to plain tensor ops, unless XLA_ALWAYS_ALLREDUCE=1 asks
+# for the collectives in the graph (`collectives.records`). Replica groups may name more
+# replicas than the job has: such a graph can be printed (its HLO text), not run.
 
 REDUCE_SUM = "sum"
 REDUCE_MUL = "mul"
@@ -267,9 +269,9 @@ def all_reduce(
     tensors = [inputs] if single else list(inputs)
     if not tensors:
         return inputs
-    world = xr.world_size()
-    groups = collectives.check_groups(groups, world)
-    if world == 1:
+    groups = collectives.check_groups(groups, xr.world_size())
+    world = collectives.span(groups, xr.world_size())
+    if not collectives.records(world):
         results = [_scaled(t, scale) for t in tensors]
     else:
         static = dict(reduce_type=reduce_type, scale=float(scale), groups=groups, world=world)
@@ -294,7 +296,7 @@ def _functional_all_reduce(func, args, kwargs):
     reduce_type = _FUNCTIONAL_REDUCE_OPS.get(reduce_op, reduce_op)
     collectives.check_reduce_type(reduce_type)
     world = xr.world_size()
-    if world == 1:
+    if not collectives.records(world):
         return XLATensor(*t.value)
     static = dict(reduce_type=reduce_type, scale=1.0, groups=None, world=world)
     (result,) = nodes.custom(collectives.all_reduce, "xla::all_reduce", [t], static,
@@ -314,16 +316,45 @@ def all_gather(
     value: torch.Tensor, dim: int = 0, groups: list[list[int]] | None = None,
     output: torch.Tensor | None = None, pin_layout: bool = True,
 ) -> torch.Tensor:
-    """Every replica's `value` of the group, concatenated along `dim` in replica order."""
-    world = xr.world_size()
-    groups = collectives.check_groups(groups, world)
+    """Every replica's `value` of the group, concatenated along `dim` in replica order.
+
+    A list of tensors is gathered by one collective (`output`: a list too)."""
+    if isinstance(value, list):
+        return _all_gather_coalesced(value, dim, groups, output, pin_layout)
+    groups = collectives.check_groups(groups, xr.world_size())
+    world = collectives.span(groups, xr.world_size())
     dim = collectives.check_dim(value.shape, dim)
-    if world == 1:
+    if not collectives.records(world):
         return _into(output, value.clone())
     shape = collectives.resized(value.shape, dim, factor=collectives.group_size(groups, world))
     (result,) = _record(collectives.all_gather, [value],
                         dict(dim=dim, groups=groups, world=world), [shape])
     return _into(output, result)
+
+
+def _all_gather_coalesced(
+    values: list[torch.Tensor], dim: int, groups: list[list[int]] | None,
+    output: list[torch.Tensor] | None, pin_layout: bool,
+) -> list[torch.Tensor]:
+    if pin_layout:
+        raise RuntimeError("For xm.all_gather with a list of tensors, pin_layout=True is not "
+                           "supported; pass pin_layout=False.")
+    outputs = _outputs_for(values, output, "all_gather")
+    groups = collectives.check_groups(groups, xr.world_size())
+    world = collectives.span(groups, xr.world_size())
+    dims = [collectives.check_dim(v.shape, dim) for v in values]
+    if len(set(dims)) > 1:
+        raise ValueError(f"all_gather: dim={dim} names different dimensions {dims} of tensors "
+                         f"of shapes {[tuple(v.shape) for v in values]}; give a non-negative "
+                         "dim.")
+    if not collectives.records(world) or not values:
+        results = [v.clone() for v in values]
+    else:
+        count = collectives.group_size(groups, world)
+        shapes = [collectives.resized(v.shape, dims[0], factor=count) for v in values]
+        results = _record(collectives.all_gather_coalesced, values,
+                          dict(dim=dims[0], groups=groups, world=world), shapes)
+    return [_into(o, r) for o, r in zip(outputs, results, strict=True)]
 
 
 def reduce_scatter(
@@ -340,12 +371,12 @@ def reduce_scatter(
         return [reduce_scatter(reduce_type, t, scale, scatter_dim, shard_count, groups, o,
                                pin_layout) for t, o in zip(input, outputs, strict=True)]
     collectives.check_reduce_type(reduce_type)
-    world = xr.world_size()
-    groups = collectives.check_groups(groups, world)
+    groups = collectives.check_groups(groups, xr.world_size())
+    world = collectives.span(groups, xr.world_size())
     count = collectives.check_parts(shard_count, groups, world, "reduce_scatter", "shard_count")
     dim = collectives.check_dim(input.shape, scatter_dim)
     collectives.check_divisible(input.shape, dim, count, "reduce_scatter")
-    if world == 1:
+    if not collectives.records(world):
         return _into(output, _scaled(input, scale))
     static = dict(reduce_type=reduce_type, scale=float(scale), dim=dim, groups=groups,
                   world=world)
@@ -360,13 +391,13 @@ def all_to_all(
 ) -> torch.Tensor:
     """Split `value` along `split_dimension`, send part i to replica i of the group, and
     concatenate what arrives along `concat_dimension` in replica order."""
-    world = xr.world_size()
-    groups = collectives.check_groups(groups, world)
+    groups = collectives.check_groups(groups, xr.world_size())
+    world = collectives.span(groups, xr.world_size())
     count = collectives.check_parts(split_count, groups, world, "all_to_all", "split_count")
     split_dim = collectives.check_dim(value.shape, split_dimension)
     concat_dim = collectives.check_dim(value.shape, concat_dimension)
     collectives.check_divisible(value.shape, split_dim, count, "all_to_all")
-    if world == 1:
+    if not collectives.records(world):
         return value.clone()
     shape = collectives.resized(value.shape, split_dim, divisor=count)
     shape = collectives.resized(shape, concat_dim, factor=count)
@@ -378,12 +409,12 @@ def all_to_all(
 def collective_permute(value: torch.Tensor, pairs: list[list[int]]) -> torch.Tensor:
     """Send `value` from replica `src` to replica `dst` for each `[src, dst]` pair; a replica
     that receives nothing gets zeros."""
-    world = xr.world_size()
-    pairs = collectives.check_pairs(pairs, world)
-    if world == 1:
+    pairs = collectives.check_pairs(pairs, xr.world_size())
+    world = collectives.pairs_span(pairs, xr.world_size())
+    if not collectives.records(world):
         return value.clone() if (0, 0) in pairs else torch.zeros_like(value)
-    (result,) = _record(collectives.collective_permute, [value], dict(pairs=pairs),
-                        [value.shape])
+    (result,) = _record(collectives.collective_permute, [value],
+                        dict(pairs=pairs, world=world), [value.shape])
     return result
 
 
@@ -656,15 +687,32 @@ def send_cpu_data_to_device(datas: Any, device: torch.device | str,
                             input_sharding: Any = None) -> Any:
     """`datas` (any nesting) with each CPU tensor copied to `device`.
 
-    As in PyTorch/XLA a single tensor comes back as a one-element list.
+    As in PyTorch/XLA a single tensor comes back as a one-element list. `input_sharding`
+    (SPMD): an `xs.ShardingSpec` for every tensor it fits (same rank), or a dict of them by
+    key of a dict `datas`; those tensors are copied already sharded, each device receiving
+    only its tiles (`minibatch`: each process holds only its part of the batch).
     """
-    if input_sharding is not None:
-        raise NotImplementedError("send_cpu_data_to_device(input_sharding=...): SPMD sharding "
-                                  "is not supported by this runtime; pass None.")
     if type(datas) is torch.Tensor:
         datas = [datas]
-    return tree_map_only(
-        torch.Tensor, lambda t: t.to(device) if t.device.type == "cpu" else t, datas)
+    if input_sharding is None:
+        return tree_map_only(
+            torch.Tensor, lambda t: t.to(device) if t.device.type == "cpu" else t, datas)
+    sharding.check_spmd("send_cpu_data_to_device(input_sharding=...)")
+    if isinstance(input_sharding, dict):
+        if not isinstance(datas, dict):
+            raise TypeError(f"input_sharding is a dict (keys {sorted(input_sharding)}), so the "
+                            f"data must be a dict too; got a {type(datas).__name__}.")
+        return {k: send_cpu_data_to_device(v, device, input_sharding.get(k))
+                if input_sharding.get(k) is not None else send_cpu_data_to_device(v, device)
+                for k, v in datas.items()}
+    return tree_map_only(torch.Tensor, lambda t: _sharded_copy(t, device, input_sharding), datas)
+
+
+def _sharded_copy(t: torch.Tensor, device: torch.device | str, spec: Any) -> torch.Tensor:
+    if t.device.type != "cpu" or not spec.can_apply(t):
+        return t.to(device) if t.device.type == "cpu" else t
+    return functional.wrap(sharding.from_host(t, spec.sharding(), device_index(device),
+                                              local=bool(spec.minibatch)))
 
 
 def broadcast_master_param(model: torch.nn.Module) -> None:

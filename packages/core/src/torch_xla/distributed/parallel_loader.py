@@ -18,6 +18,7 @@ import torch
 from torch.utils._pytree import tree_map_only
 
 from torch_xla.core import xla_model as xm
+from torch_xla.lazy import sharding
 
 _END = object()  # no more batches
 _POLL_SECONDS = 0.1  # how often a blocked worker checks whether the loader was closed
@@ -30,9 +31,14 @@ class _Failure:
         self.error = error
 
 
-def to_device(batch: Any, device: torch.device) -> Any:
-    """`batch` with every tensor in it moved to `device` (nesting kept)."""
-    return tree_map_only(torch.Tensor, lambda t: t.to(device), batch)
+def to_device(batch: Any, device: torch.device, input_sharding: Any = None) -> Any:
+    """`batch` with every tensor in it moved to `device` (nesting kept); `input_sharding`
+    as `xm.send_cpu_data_to_device` takes it (SPMD: batches loaded already sharded)."""
+    if input_sharding is None:
+        return tree_map_only(torch.Tensor, lambda t: t.to(device), batch)
+    if type(batch) is torch.Tensor:
+        return xm.send_cpu_data_to_device(batch, device, input_sharding)[0]
+    return xm.send_cpu_data_to_device(batch, device, input_sharding)
 
 
 class _Channel:
@@ -117,7 +123,8 @@ class ParallelLoader:
         if not devices:
             raise ValueError("ParallelLoader needs at least one device")
         if input_sharding is not None:
-            raise NotImplementedError("input_sharding needs SPMD, which is not available yet")
+            sharding.check_spmd("ParallelLoader(input_sharding=...)")
+        self._input_sharding = input_sharding
         self._loader = loader
         self._devices = [torch.device(d) for d in devices]
         self.batchdim = batchdim
@@ -189,7 +196,7 @@ class ParallelLoader:
             if item is _END or isinstance(item, _Failure):
                 break
             try:
-                item = to_device(item, device)
+                item = to_device(item, device, self._input_sharding)
             except BaseException as error:
                 item = _Failure(error)
             if not self._ready[device].put(item):

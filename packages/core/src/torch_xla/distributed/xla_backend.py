@@ -32,6 +32,7 @@ from torch._C._distributed_c10d import ProcessGroup, ReduceOp, Work, _Distribute
 import torch_xla.core.xla_model as xm
 import torch_xla.runtime as xr
 from torch_xla._internal import rendezvous
+from torch_xla.lowering import collectives
 
 BACKEND = "xla"
 logger = logging.getLogger("torch_xla")
@@ -82,6 +83,12 @@ class ProcessGroupXla(ProcessGroup):
     def _group_size(self) -> int:
         return len(self._mesh[0]) if self._mesh else self.size()
 
+    def _is_identity(self) -> bool:
+        """Whether reducing or broadcasting over this group changes nothing and records
+        nothing: groups of one replica each (`new_group([r])`, whatever the world), or a
+        world of one without XLA_ALWAYS_ALLREDUCE."""
+        return self._group_size() == 1 and (bool(self._mesh) or not collectives.records(1))
+
     def _reduce_type(self, op: Any) -> tuple[str, float]:
         """(xm reduce type, scale) for a `ReduceOp` (AVG is SUM scaled by the group size)."""
         if op == ReduceOp.AVG:
@@ -98,14 +105,14 @@ class ProcessGroupXla(ProcessGroup):
 
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
         reduce_type, scale = self._reduce_type(opts.reduceOp if opts else ReduceOp.SUM)
-        if self._group_size() > 1 or scale != 1.0:
+        if not self._is_identity():
             xm.all_reduce(reduce_type, tensors, scale=scale, groups=self._groups(),
                           pin_layout=False)
         return _ret_work(tensors)
 
     def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
         root = opts.rootRank if opts is not None else 0
-        if self._group_size() > 1:
+        if not self._is_identity():
             # Every process passes its own group's root: the 1-or-0 factor is data.
             xm.collective_broadcast(tensors, self._global_rank_of(root), groups=self._groups(),
                                     pin_layout=False)
@@ -146,7 +153,17 @@ class ProcessGroupXla(ProcessGroup):
 
     def allgather_coalesced(self, output_tensors_list: list[list[torch.Tensor]],
                             input_tensors: list[torch.Tensor], opts: Any = None) -> Work:
-        return self.allgather(output_tensors_list, input_tensors, opts)
+        """Every input gathered by one collective (`xm.all_gather` of a list)."""
+        flat = [t.reshape(1) if t.dim() == 0 else t for t in input_tensors]
+        gathered = xm.all_gather(flat, dim=0, groups=self._groups(), pin_layout=False)
+        for value, result, outputs in zip(input_tensors, gathered, output_tensors_list,
+                                          strict=True):
+            parts = torch.split(result, max(value.numel(), 1) if value.dim() == 0
+                                else value.shape[0])
+            with torch.no_grad():
+                for out, part in zip(outputs, parts, strict=False):
+                    out.copy_(part.reshape(()) if value.dim() == 0 else part)
+        return _ret_work([t for outputs in output_tensors_list for t in outputs])
 
     def _allgather_base(self, output: torch.Tensor, value: torch.Tensor,
                         opts: Any = None) -> Work:
@@ -275,11 +292,21 @@ class ProcessGroupXla(ProcessGroup):
 # --- creating groups -----------------------------------------------------------------
 
 
+class SpmdBackendError(AssertionError):
+    """The 'xla' backend was asked for in SPMD mode (an AssertionError, as PyTorch/XLA's)."""
+
+
 def _create_xla_process_group(prefix_store: Any, rank: Any = None, size: int | None = None,
                               timeout: datetime.timedelta | None = None) -> ProcessGroupXla:
     """The backend's creator. torch calls it with its extended arguments (the backend
     options, then the group's `pg_options`); PyTorch/XLA's tests call it as
     `(prefix_store, rank, size, timeout)`."""
+    if xr.is_spmd():
+        raise SpmdBackendError(
+            "The 'xla' torch.distributed backend does not run in SPMD mode: there one "
+            "process drives every device and XLA's partitioner inserts the collectives. "
+            "Shard tensors with torch_xla.distributed.spmd instead, or leave SPMD mode "
+            "(no xr.use_spmd(), XLA_USE_SPMD unset) to use torch.distributed.")
     if not isinstance(prefix_store, _DistributedBackendOptions):
         return ProcessGroupXla(prefix_store, rank, size, timeout or dist.default_pg_timeout)
     options, pg_options = prefix_store, rank

@@ -7,6 +7,7 @@ Modules, bottom-up (each imports only those above it in this list):
   transfer      host <-> device copies
   nodes         building values: device data, engine nodes, lifted scalars
   functional    the functionalization wrapper users hold
+  sharding      SPMD layouts of tensors: resharded data, sharding constraints, tiles
   rng           the device RNG state and the key each random op records
   rewrites      in-place and _foreach_ ops rewritten into others
   dump          XLA_SAVE_TENSORS_FILE, XLA_METRICS_FILE, the *_OPBYOP switches
@@ -17,6 +18,7 @@ Modules, bottom-up (each imports only those above it in this list):
   fallback      running an op on the CPU
   dispatch      choosing the rule for each ATen op, and recording
   special       the engine's own rules, registered into dispatch's table
+  loop          a step recorded once, run as one XLA While loop (gradient accumulation)
 
 Importing the package loads `special` (and so everything else): after it, every
 ATen op on an XLA tensor reaches `dispatch.run`.

@@ -20,6 +20,7 @@ import jax
 from torch_xla import _metrics
 from torch_xla.lazy import dtype_policy, ir, replicas
 from torch_xla.lowering import policy
+from torch_xla.pjrt import spmd
 from torch_xla.pjrt.client import TRACE_EXECUTE, client
 
 # PyTorch/XLA's name and default for the number of compiled graphs kept in memory.
@@ -206,23 +207,28 @@ def graph_function(order: list, position: dict, leaves: list, values: list) -> C
 
 
 def compile(device: int, order: list, position: dict, leaves: list, values: list,
-            eager: bool = False) -> Program:
-    """Compile the graph computing `values` (its nodes in post-`order`) on `device`;
-    `eager`: the graph is one op of eager mode."""
+            arrays: list | None = None, eager: bool = False, out_shardings: Any = None
+            ) -> Program:
+    """Compile the graph computing `values` (its nodes in post-`order`) on `device`, for
+    the leaves' `arrays` (default: the leaves' own); `eager`: the graph is one op of eager
+    mode; `out_shardings`: the results' layouts (SPMD), else the partitioner's choice."""
     graph_fn = graph_function(order, position, leaves, values)
-    args = [leaf.array for leaf in leaves]
+    args = [leaf.array for leaf in leaves] if arrays is None else arrays
     if any(getattr(n.rule, "collective", False) for n in order):
         out_avals = [n.avals[i] for n, i in values]
         # One program for every replica: its name leaves out which device recorded it.
         fingerprint = stable_key(device, order, position, values, replica=True)
         return Program(replicas.compile(graph_fn, args, out_avals, fingerprint), replicated=True)
-    fingerprint = stable_key(device, order, position, values)
-    return Program(client().compile(fingerprint, graph_fn, *args, eager=eager))
+    fingerprint = stable_key(device, order, position, values, arrays=args)
+    return Program(client().compile(fingerprint, graph_fn, *args, eager=eager,
+                                    out_shardings=out_shardings))
 
 
-def stable_key(device: int, order, position, values, replica: bool = False) -> str:
+def stable_key(device: int, order, position, values, replica: bool = False,
+               arrays: list | None = None) -> str:
     """A process-independent name for the persistent compilation cache; with `replica`,
-    the same on every replica device (factories' `device=xla:N` arguments left out)."""
+    the same on every replica device (factories' `device=xla:N` arguments left out).
+    In SPMD mode the inputs' layouts (over how many devices) are part of the name."""
     text = [f"graph-abi-{GRAPH_ABI}", client().name, "replica" if replica else str(device),
             str(client().device(device).device_kind),
             # what else changes the lowering: storage types and the plugin's policies
@@ -232,6 +238,10 @@ def stable_key(device: int, order, position, values, replica: bool = False) -> s
         refs = [(position[id(c)], i) for c, i in n.inputs]
         text.append(f"{n.op}|{n.template!r}|{refs}|{n.avals}|{getattr(n.rule, '__qualname__', '')}")
     text.append(repr([(position[id(n)], i) for n, i in values]))
+    if spmd.enabled():
+        devices = client().global_devices
+        text.append(f"spmd over {len(devices)}: " + ";".join(
+            spmd.sharding_text(a.sharding, a.ndim, devices) for a in arrays or ()))
     joined = "\n".join(text)
     if replica:
         joined = _XLA_DEVICE.sub("device(type='xla')", joined)

@@ -16,7 +16,8 @@ set them after `import torch_xla`, as PyTorch/XLA reads them at first use), then
 fixed; with none set the per-sync cost is one attribute test. Under `xmp.spawn`
 or with replica threads each replica writes its graphs to `path.<global ordinal>`.
 `ir_text` is the one IR printer: the text dumps and
-`torch_xla._XLAC._get_xla_tensors_text` both use it.
+`torch_xla._XLAC._get_xla_tensors_text` both use it; `hlo_text` prints a lowered
+graph as HLO in PyTorch/XLA's layout (`torch_xla._XLAC._get_xla_tensors_hlo`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ import os
 import threading
 import traceback
 from typing import Any
+
+from jax._src.interpreters import mlir
+from jax._src.lib import _jax
+from jax._src.lib import hlo as xla_hlo
 
 from torch_xla import _metrics
 from torch_xla.lazy import dtype_policy, ir
@@ -128,6 +133,21 @@ def ir_text(order: list, position: dict[int, int], values: list) -> str:
         roots.setdefault((position[id(node)], out), i)
     body = "".join(node_line(k, n, position, roots) for k, n in enumerate(order))
     return f"IR {{\n{body}}}\n"
+
+
+def hlo_text(lowered: Any) -> str:
+    """The HLO module of a lowered (not compiled) graph, printed as PyTorch/XLA prints it:
+    `%all-reduce.3 = f32[2]{0} all-reduce(f32[2]{0} %p0.1), ...` (names from opcodes,
+    `%` before names, operand shapes), which its tests match with regular expressions."""
+    # Without locations, XLA names each instruction after its opcode, not jax's op name.
+    module = mlir.module_to_string(lowered.compiler_ir("stablehlo"), enable_debug_info=False)
+    computation = _jax.mlir.mlir_module_to_xla_computation(module, use_tuple_args=False,
+                                                           return_tuple=False)
+    options = xla_hlo.HloPrintOptions()
+    options.print_percent = True
+    options.print_operand_shape = True
+    options.print_metadata = False
+    return computation.as_hlo_module().to_string(options)
 
 
 def _dot(order: list, position: dict[int, int], values: list) -> str:

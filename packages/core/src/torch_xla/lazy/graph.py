@@ -26,9 +26,9 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from torch_xla import _metrics
-from torch_xla.lazy import compiler, dump, functional, ir, replicas, rng, transfer
+from torch_xla.lazy import compiler, dump, functional, ir, replicas, rng, sharding, transfer
 from torch_xla.lazy.tensor import XLATensor, forget_pending, pending_tensors, take_pending
-from torch_xla.pjrt import threads
+from torch_xla.pjrt import spmd, threads
 from torch_xla.pjrt.client import client
 
 # The outputs of the latest execution on each device: a device runs its executions in
@@ -44,6 +44,7 @@ _ALIASES = _metrics.metric("InputOutputAliasCount")
 _LOCK_WAIT = _metrics.metric("DeviceLockWait")
 _UNWRAP = _metrics.metric("UnwrapXlaData")
 _WRAP = _metrics.metric("WrapXlaData")
+_EXECUTE_REPLICATED = _metrics.counter("ExecuteReplicated")
 
 
 def mark_step() -> None:
@@ -157,33 +158,55 @@ def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False
             ) -> list[ir.Data]:
     """Compile (or find) the graph computing `values` and run it; its results as data.
 
-    `eager`: the graph is one op of eager mode (its metrics are the `EagerOp*` ones)."""
+    `eager`: the graph is one op of eager mode (its metrics are the `EagerOp*` ones).
+    In SPMD mode the inputs are global arrays and their layouts are part of the key."""
     order, position, leaves, shared = walk(values)
     key = (device, tuple([(n.hash, i) for n, i in values]), tuple(shared))
+    laid_out = spmd.enabled()
     with _device_lock(device):
-        program = _program(key, device, order, position, leaves, values, eager)
         start = time.perf_counter()
         arrays = [leaf.array for leaf in leaves]
+        if laid_out:
+            arrays = _on_every_device(leaves, arrays)
+            key += spmd.layout_key(arrays)
         _UNWRAP.add(time.perf_counter() - start)
+        program = _program(key, device, order, position, leaves, arrays, values, eager)
         results = run_program(device, program, arrays, eager)
+    if laid_out:
+        _EXECUTE_REPLICATED.value += 1
     if dump.SAVE_FILE:
         dump.save_graph(device, order, position, values, program.compiled,
                         replicas.dump_ordinal(device))
     start = time.perf_counter()
     datas = [
-        ir.Data(array, n.avals[i], device) for array, (n, i) in zip(results, values, strict=False)
+        ir.Data(array, n.avals[i], device, laid_out)
+        for array, (n, i) in zip(results, values, strict=False)
     ]
     _WRAP.add(time.perf_counter() - start)
     return datas
 
 
+def _on_every_device(leaves: list[ir.Data], arrays: list) -> list:
+    """SPMD: inputs made on one device before the mode was on, replicated (once: the leaf
+    keeps the global array)."""
+    placed = spmd.on_devices(arrays, tuple(transfer.client().global_devices))
+    for leaf, before, after in zip(leaves, arrays, placed, strict=True):
+        if after is not before:
+            leaf.array = after
+    return placed
+
+
 def _program(key: tuple, device: int, order: list, position: dict, leaves: list,
-             values: list, eager: bool) -> compiler.Program:
+             arrays: list, values: list, eager: bool) -> compiler.Program:
     programs = compiler.cache()
     program = programs.get(key)
     if program is None:
         _UNCACHED.value += 1
-        program = compiler.compile(device, order, position, leaves, values, eager=eager)
+        out_layouts = None
+        if spmd.enabled() and not arrays:  # jax would run it on one device
+            out_layouts = sharding.output_layouts(values)
+        program = compiler.compile(device, order, position, leaves, values, arrays=arrays,
+                                   eager=eager, out_shardings=out_layouts)
         programs.put(key, program)
         _GRAPH_SIZE.add(len(order))
         _ALIASES.add(0)  # no input buffer is donated to an output yet (docs/design.md)

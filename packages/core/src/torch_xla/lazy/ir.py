@@ -32,7 +32,7 @@ class Node:
         self.inputs = inputs
         self.avals = avals  # tuple of Aval, one per output (None for a None output)
         self.device = device
-        self.hash = hash((key_hash, tuple((n.hash, i) for n, i in inputs)))
+        self.hash = hash((key_hash, tuple([(n.hash, i) for n, i in inputs])))
         self.location = user_location() if IR_DEBUG else None
 
     def __repr__(self) -> str:
@@ -40,11 +40,15 @@ class Node:
 
 
 class Data(Node):
-    """A leaf: a jax array already on the device."""
+    """A leaf: a jax array already on the device.
 
-    __slots__ = ("array",)
+    `annotated` (SPMD mode): the array's layout is one a program or `xs.mark_sharding`
+    chose, which `_get_xla_sharding_spec` reports; data copied from the host is not."""
 
-    def __init__(self, array: jax.Array, aval: Aval, device: int) -> None:
+    __slots__ = ("array", "annotated")
+
+    def __init__(self, array: jax.Array, aval: Aval, device: int, annotated: bool = False
+                 ) -> None:
         self.op = "xla::device_data"
         self.rule = None
         self.template = ()
@@ -54,6 +58,7 @@ class Data(Node):
         self.hash = hash(("data", aval))
         self.location = None
         self.array = array
+        self.annotated = annotated
 
 
 class Slot:

@@ -14,6 +14,11 @@ to arrive compiles the program the first time, meets the other processes, and ru
 it with every local device's inputs; each thread takes back its device's outputs.
 Every replica must therefore build the same graphs in the same order, as PyTorch/XLA
 also requires.
+
+In a process of its own that drives no replica threads the job has one replica: the
+device that holds the graph (XLA_ALWAYS_ALLREDUCE=1 records collectives there too).
+`lower_view` lowers a graph, without compiling it, over an abstract mesh of as many
+replicas as its collectives name, for `torch_xla._XLAC._get_xla_tensors_hlo`.
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from typing import Any
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
+from torch_xla.lowering import collectives
 from torch_xla.lowering.collectives import AXIS
 from torch_xla.pjrt import distributed, threads
 from torch_xla.pjrt.client import XlaRuntimeError, client
@@ -44,16 +50,20 @@ def local_devices() -> list[int]:
     return [0] if group is None else group.devices
 
 
-def mesh_devices() -> list[jax.Device]:
-    """Every replica device of the job, in replica (global ordinal) order."""
+def mesh_devices(device: int | None = None) -> list[jax.Device]:
+    """Every replica device of the job, in replica (global ordinal) order. A process of
+    its own without replica threads is a job of one replica: `device` (default: the
+    calling thread's device)."""
     runtime = client()
     group = threads.replicas()
     if group is None:
+        if runtime.process_count() == 1:
+            return [runtime.device(threads.current_index() if device is None else device)]
         if len(runtime.devices) != 1:
             raise XlaRuntimeError(
-                f"Collectives across the {len(runtime.devices)} {runtime.name} devices of one "
-                "process need one thread per device: run the replicas with "
-                "torch_xla._internal.pjrt.spawn_threads, DataParallel, or xmp.spawn."
+                f"Collectives across the {len(runtime.devices)} {runtime.name} devices of a "
+                "process of a multi-process job need one thread per device: run the replicas "
+                "with xmp.spawn (it starts them)."
             )
         return list(runtime.global_devices)
     local = [runtime.devices[d] for d in group.devices]
@@ -87,9 +97,8 @@ def dump_ordinal(device: int) -> int | None:
     return runtime.global_devices.index(runtime.device(device))
 
 
-def _sharding() -> NamedSharding:
+def _sharding(devices: list[jax.Device]) -> NamedSharding:
     """Each replica's block along a leading axis, one block per replica device."""
-    devices = mesh_devices()
     key = tuple(d.id for d in devices)
     found = _shardings.get(key)
     if found is None:
@@ -143,11 +152,14 @@ def _run_together(entries: list[tuple[ReplicatedProgram, list]]) -> list[list]:
     programs = [program for program, _ in entries]
     _check_same_in_threads(programs)
     multiprocess = distributed.joined()
+    mesh = mesh_devices(_device_of(entries[0][1]))
+    sharding = _sharding(mesh)
+    per_replica_args = [arrays for _, arrays in entries]
     compiled = next((p.compiled for p in programs if p.compiled is not None), None)
     if compiled is None:
         if multiprocess:
             _check_same_program(programs[0].fingerprint)
-        compiled = _compile(programs[0], [arrays for _, arrays in entries])
+        compiled = _compile(programs[0], per_replica_args, sharding)
     for program in programs:
         program.compiled = compiled
     if multiprocess:
@@ -155,8 +167,9 @@ def _run_together(entries: list[tuple[ReplicatedProgram, list]]) -> list[list]:
         # for good; meeting at the coordinator first bounds the wait
         # (TORCH_XLA_COLLECTIVE_TIMEOUT) and names the absent processes.
         distributed.barrier("replicated-step", what="the start of a step with collectives")
-    results = compiled(*_global_args(programs[0], [arrays for _, arrays in entries]))
-    devices = [client().device(d) for d in local_devices()]
+    results = compiled(*_global_args(programs[0], per_replica_args, sharding))
+    solo = threads.replicas() is None and client().process_count() == 1
+    devices = mesh if solo else [client().device(d) for d in local_devices()]
     parts = [{s.device: s.data for s in r.addressable_shards} for r in results]
     return [
         [r[device].reshape(()) if s else r[device]
@@ -165,23 +178,49 @@ def _run_together(entries: list[tuple[ReplicatedProgram, list]]) -> list[list]:
     ]
 
 
-def _compile(lead: ReplicatedProgram, per_replica_args: list[list]) -> Any:
-    scalar_in, scalar_out, graph_fn = lead.scalar_in, lead.scalar_out, lead.graph_fn
+def _device_of(arrays: list[jax.Array]) -> int | None:
+    """The index of the device holding a graph's arguments (None without arguments)."""
+    if not arrays:
+        return None
+    return client().devices.index(next(iter(arrays[0].devices())))
+
+
+def _spanned(program: ReplicatedProgram, mesh: Mesh | AbstractMesh) -> Callable:
+    """The job's function: `program.graph_fn` run by every replica of `mesh` on its block."""
+    scalar_in, scalar_out, graph_fn = program.scalar_in, program.scalar_out, program.graph_fn
 
     def per_replica(*blocks):
         arrays = [b.reshape(()) if s else b for b, s in zip(blocks, scalar_in, strict=True)]
         outs = graph_fn(*arrays)
         return tuple(o.reshape(1) if s else o for o, s in zip(outs, scalar_out, strict=True))
 
-    spanned = jax.shard_map(
+    return jax.shard_map(
         per_replica,
-        mesh=_sharding().mesh,
+        mesh=mesh,
         in_specs=tuple(_SPEC for _ in scalar_in),
         out_specs=tuple(_SPEC for _ in scalar_out),
         check_vma=False,
     )
+
+
+def _compile(lead: ReplicatedProgram, per_replica_args: list[list],
+             sharding: NamedSharding) -> Any:
     # Not kept in the persistent cache: the program is bound to this job's devices.
-    return client().compile(None, spanned, *_global_args(lead, per_replica_args))
+    return client().compile(None, _spanned(lead, sharding.mesh),
+                            *_global_args(lead, per_replica_args, sharding))
+
+
+def lower_view(graph_fn: Callable, args: Sequence[jax.Array], out_avals, world: int) -> Any:
+    """`graph_fn` (one replica's graph) lowered, not compiled, as the program of a job of
+    `world` replicas: the text of a graph whose collectives name more replicas than this
+    job has (PyTorch/XLA's tests read it in a world of one), with their replica groups."""
+    program = compile(graph_fn, args, out_avals, fingerprint="")
+    mesh = AbstractMesh((world,), (AXIS,))
+    shapes = [jax.ShapeDtypeStruct((a.shape[0] * world, *a.shape[1:]) if a.ndim else (world,),
+                                   a.dtype) for a in args]
+    with collectives.showing():
+        traced = jax.jit(_spanned(program, mesh)).trace(*shapes)
+        return traced.lower(lowering_platforms=(client().devices[0].platform,))
 
 
 def _check_same_in_threads(programs: list[ReplicatedProgram]) -> None:
@@ -224,19 +263,19 @@ _SAME_GRAPH = (
 )
 
 
-def _global_args(program: ReplicatedProgram, per_replica_args: list[list]) -> list[jax.Array]:
+def _global_args(program: ReplicatedProgram, per_replica_args: list[list],
+                 sharding: NamedSharding) -> list[jax.Array]:
     """Argument i of the job: the arrays of every local replica as its blocks."""
     return [
-        _global([args[i] for args in per_replica_args], scalar)
+        _global([args[i] for args in per_replica_args], scalar, sharding)
         for i, scalar in enumerate(program.scalar_in)
     ]
 
 
-def _global(blocks: list[jax.Array], scalar: bool) -> jax.Array:
+def _global(blocks: list[jax.Array], scalar: bool, sharding: NamedSharding) -> jax.Array:
     """The job-wide array whose blocks on this process's devices are `blocks`."""
     if scalar:
         blocks = [b.reshape(1) for b in blocks]
-    sharding = _sharding()
     replicas = len(sharding.mesh.devices.flat)
     shape = (blocks[0].shape[0] * replicas, *blocks[0].shape[1:])
     return jax.make_array_from_single_device_arrays(shape, sharding, blocks)

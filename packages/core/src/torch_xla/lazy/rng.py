@@ -45,6 +45,23 @@ def set_state(seed: int) -> None:
     _epoch.clear()
 
 
+def snapshot(device: int) -> tuple:
+    """Everything that decides the keys of the next random ops on `device` (activation
+    checkpointing replays them): the state and the current epoch's (seed, count)."""
+    entry = _epoch.get(device)
+    return _state, None if entry is None else tuple(entry)
+
+
+def restore(device: int, saved: tuple) -> None:
+    """Make the next random ops on `device` take the keys they took after `snapshot`."""
+    global _state
+    _state, entry = saved
+    if entry is None:
+        _epoch.pop(device, None)
+    else:
+        _epoch[device] = list(entry)
+
+
 def next_key() -> np.ndarray:
     """A raw key (uint32[2]) made from the state, advancing the state."""
     global _state

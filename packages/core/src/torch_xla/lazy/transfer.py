@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import jax
 import ml_dtypes
@@ -48,14 +49,15 @@ def from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
     return torch.from_numpy(np.array(array, copy=True))
 
 
-def to_device(t: torch.Tensor, index: int) -> jax.Array:
+def to_device(t: torch.Tensor, index: int, layout: Any = None, local: bool = False
+              ) -> jax.Array:
     runtime = client()  # started first: starting applies the plugin's dtype policy
     start = time.perf_counter()
     array = to_numpy(t)
     wanted = dtype_policy.STORAGE[t.dtype]
     # A copy either way: the CPU client may alias host memory, and the tensor may change.
     array = array.astype(wanted) if array.dtype != wanted else np.array(array, copy=True)
-    moved = runtime.to_device(array, index)
+    moved = runtime.to_device(array, index, layout, local)
     _TENSOR_TO_DATA.add(time.perf_counter() - start)
     return moved
 

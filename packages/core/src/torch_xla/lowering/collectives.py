@@ -8,24 +8,56 @@ values.
 
 `groups` (replica groups) follow XLA: a list of equal-sized lists of replica
 ordinals that together name every replica once; None means one group of all.
-Without groups the native collective is used; with groups the values are
-gathered and each replica combines its own group's members.
+They become the `replica_groups` of XLA's own collectives (all-reduce, all-gather,
+reduce-scatter, all-to-all); reductions XLA's all-reduce cannot express through
+jax (product, and/or, booleans) gather the group's values and combine them.
+
+Each rule takes `world`, the number of replicas the recording named: the job's
+replicas, or more when `groups` name ranks beyond them (PyTorch/XLA's tests mock a
+bigger `torch.distributed` world to read the HLO text). Such a graph can be shown as
+text (lowered over an abstract mesh of `world` replicas) but not run: the lowering
+for the job's real mesh raises `ReplicaWorldError`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import functools
-from collections.abc import Callable, Sequence
+import os
+from collections.abc import Callable, Iterator, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax._src.interpreters import mlir  # the helpers jax's own collective lowerings use
+from jax._src.lax import parallel as jax_parallel  # replica groups of the axis context
+from jax._src.lib.mlir import ir
+from jax._src.lib.mlir.dialects import hlo
+from jax.extend.core import Primitive
 
 AXIS = "replica"
 
 REDUCE_TYPES = ("sum", "mul", "and", "or", "min", "max")
 Groups = tuple[tuple[int, ...], ...] | None
+
+
+class ReplicaWorldError(RuntimeError):
+    """A graph's collective names more replicas than the job has (it can only be shown)."""
+
+
+_SHOWING = contextvars.ContextVar("showing", default=False)
+
+
+@contextlib.contextmanager
+def showing() -> Iterator[None]:
+    """Lower collectives for their HLO text, not to run (see `all_gather_coalesced`)."""
+    token = _SHOWING.set(True)
+    try:
+        yield
+    finally:
+        _SHOWING.reset(token)
 
 
 def collective(fn: Callable) -> Callable:
@@ -34,19 +66,38 @@ def collective(fn: Callable) -> Callable:
     return fn
 
 
+def always_record() -> bool:
+    """XLA_ALWAYS_ALLREDUCE=1: a world of one replica records its collectives too (read at
+    each call, as PyTorch/XLA does), so they appear in the HLO and run as XLA ops."""
+    return os.environ.get("XLA_ALWAYS_ALLREDUCE", "0").lower() not in ("", "0", "false")
+
+
+def records(world: int) -> bool:
+    """Whether a collective over `world` replicas is recorded; else it is a plain op."""
+    return world > 1 or always_record()
+
+
 def check_groups(groups: Sequence[Sequence[int]] | None, world: int) -> Groups:
-    """`groups` as a hashable tuple, after checking it names every replica once (None or
-    `[]`: one group of every replica, as in PyTorch/XLA)."""
+    """`groups` as a hashable tuple, after checking they are equal-sized and name replicas
+    0..n-1 once each, n at least `world` (None or `[]`: one group of every replica, as in
+    PyTorch/XLA). More than `world` replicas can be recorded and shown, not run."""
     if not groups:
         return None
     groups = tuple(tuple(int(r) for r in g) for g in groups)
     members = sorted(r for g in groups for r in g)
-    if members != list(range(world)) or len({len(g) for g in groups}) != 1:
+    if (members != list(range(len(members))) or len(members) < world
+            or len({len(g) for g in groups}) != 1):
         raise ValueError(
             f"Replica groups {[list(g) for g in groups]} must be equal-sized lists that together "
-            f"name every replica 0..{world - 1} exactly once (world size {world})."
+            f"name every replica 0..n-1 exactly once, n at least the world size {world} (more "
+            "only to show the graph's HLO text: such a graph cannot run)."
         )
     return groups
+
+
+def span(groups: Groups, world: int) -> int:
+    """The replicas a collective over `groups` names: the job's `world`, or more."""
+    return world if groups is None else max(world, sum(len(g) for g in groups))
 
 
 def group_size(groups: Groups, world: int) -> int:
@@ -90,14 +141,19 @@ def check_parts(parts: int, groups: Groups, world: int, op: str, name: str) -> i
 
 
 def check_pairs(pairs: Sequence[Sequence[int]], world: int) -> tuple[tuple[int, int], ...]:
-    """collective_permute's `[src, dst]` pairs as a tuple, after checking them."""
+    """collective_permute's `[src, dst]` pairs as a tuple, after checking them (replicas
+    beyond `world` can be recorded and shown, not run, as with `check_groups`)."""
     pairs = tuple((int(s), int(d)) for s, d in pairs)
     sources, targets = [s for s, _ in pairs], [d for _, d in pairs]
     if (len(set(sources)) != len(sources) or len(set(targets)) != len(targets)
-            or not all(0 <= r < world for r in sources + targets)):
+            or not all(r >= 0 for r in sources + targets)):
         raise ValueError(f"collective_permute: pairs {[list(p) for p in pairs]} must name "
                          f"replicas 0..{world - 1}, each at most once as source and as target.")
     return pairs
+
+
+def pairs_span(pairs: tuple[tuple[int, int], ...], world: int) -> int:
+    return max([world] + [r + 1 for pair in pairs for r in pair])
 
 
 def resized(shape: Sequence[int], dim: int, factor: int = 1, divisor: int = 1) -> tuple:
@@ -107,47 +163,32 @@ def resized(shape: Sequence[int], dim: int, factor: int = 1, divisor: int = 1) -
     return tuple(out)
 
 
-def _tables(groups: Groups, world: int) -> tuple[np.ndarray, np.ndarray]:
-    """members[r]: the replicas of r's group in group order; position[r]: r's index in it."""
-    groups = groups or (tuple(range(world)),)
-    members = np.zeros((world, len(groups[0])), np.int32)
-    position = np.zeros(world, np.int32)
-    for g in groups:
-        for i, r in enumerate(g):
-            members[r] = g
-            position[r] = i
-    return members, position
+# --- inside the replicated program ------------------------------------------------------
 
 
-def _group_values(x: jax.Array, groups: Groups, world: int) -> jax.Array:
-    """The values of this replica's group, stacked in group order."""
-    members, _ = _tables(groups, world)
-    gathered = lax.all_gather(x, AXIS)  # (world, *x.shape)
-    return jnp.take(gathered, jnp.asarray(members)[lax.axis_index(AXIS)], axis=0)
+def _check_world(world: int, op: str) -> None:
+    """Raise when the program runs on fewer replicas than the collective names."""
+    size = lax.axis_size(AXIS)
+    if world > size:
+        raise ReplicaWorldError(
+            f"{op} was recorded over {world} replicas (its replica groups or pairs name ranks "
+            f"up to {world - 1}), but this job has {size}. Such a graph can be shown "
+            "(torch_xla._XLAC._get_xla_tensors_hlo) but not run: run it in a job of "
+            f"{world} replicas, or name only replicas 0..{size - 1}."
+        )
+
+
+def _index_groups(groups: Groups) -> list[list[int]] | None:
+    return None if groups is None else [list(g) for g in groups]
 
 
 def _position(groups: Groups, world: int) -> jax.Array:
     """This replica's index within its group."""
-    _, position = _tables(groups, world)
+    position = np.zeros(world, np.int32)
+    for g in groups or (tuple(range(world)),):
+        for i, r in enumerate(g):
+            position[r] = i
     return jnp.asarray(position)[lax.axis_index(AXIS)]
-
-
-def _identity(reduce_type: str, dtype) -> object:
-    if reduce_type in ("sum", "or"):
-        return jnp.zeros((), dtype)
-    if reduce_type == "mul":
-        return jnp.ones((), dtype)
-    if reduce_type == "and":
-        return jnp.array(True) if dtype == jnp.bool_ else jnp.array(-1, dtype)
-    big = jnp.finfo(dtype).max if jnp.issubdtype(dtype, jnp.inexact) else None
-    if big is None:
-        big = True if dtype == jnp.bool_ else jnp.iinfo(dtype).max
-    if reduce_type == "min":
-        return jnp.array(big, dtype)
-    small = jnp.finfo(dtype).min if jnp.issubdtype(dtype, jnp.inexact) else None
-    if small is None:
-        small = False if dtype == jnp.bool_ else jnp.iinfo(dtype).min
-    return jnp.array(small, dtype)
 
 
 _COMBINE = {
@@ -158,14 +199,15 @@ _COMBINE = {
     "min": jnp.minimum,
     "max": jnp.maximum,
 }
+_NATIVE = {"sum": lax.psum, "min": lax.pmin, "max": lax.pmax}
 
 
-def _reduce(x: jax.Array, reduce_type: str, groups: Groups, world: int) -> jax.Array:
-    if groups is None and x.dtype != jnp.bool_:
-        native = {"sum": lax.psum, "min": lax.pmin, "max": lax.pmax}.get(reduce_type)
-        if native is not None:
-            return native(x, AXIS)
-    values = _group_values(x, groups, world)
+def _reduce(x: jax.Array, reduce_type: str, groups: Groups) -> jax.Array:
+    """XLA's all-reduce where jax has it; else the group's values gathered and combined."""
+    native = _NATIVE.get(reduce_type)
+    if native is not None and x.dtype != jnp.bool_:
+        return native(x, AXIS, axis_index_groups=_index_groups(groups))
+    values = lax.all_gather(x, AXIS, axis_index_groups=_index_groups(groups))
     return functools.reduce(_COMBINE[reduce_type], [values[i] for i in range(values.shape[0])])
 
 
@@ -177,23 +219,39 @@ def _scaled(x: jax.Array, scale: float) -> jax.Array:
 
 @collective
 def all_reduce(*xs, reduce_type: str, scale: float, groups: Groups, world: int):
-    return tuple(_scaled(_reduce(x, reduce_type, groups, world), scale) for x in xs)
+    _check_world(world, "all_reduce")
+    return tuple(_scaled(_reduce(x, reduce_type, groups), scale) for x in xs)
 
 
 @collective
 def all_gather(x, *, dim: int, groups: Groups, world: int):
-    if groups is None:
-        return lax.all_gather(x, AXIS, axis=dim, tiled=True)
-    values = _group_values(x, groups, world)
-    return jnp.concatenate([values[i] for i in range(values.shape[0])], axis=dim)
+    _check_world(world, "all_gather")
+    return lax.all_gather(x, AXIS, axis=dim, tiled=True, axis_index_groups=_index_groups(groups))
+
+
+@collective
+def all_gather_coalesced(*xs, dim: int, groups: Groups, world: int):
+    """Several tensors all-gathered together (PyTorch/XLA's `xm.all_gather` of a list).
+
+    The text shows XLA's one variadic all-gather, as PyTorch/XLA records it; the program
+    that runs has one all-gather per tensor, because XLA (jaxlib 0.10) cannot export a
+    variadic all-gather from a Shardy manual computation ("Sharding is tuple-shaped but
+    validation shape is not"). The results are the same."""
+    _check_world(world, "all_gather")
+    if not _SHOWING.get():
+        return tuple(all_gather(x, dim=dim, groups=groups, world=world) for x in xs)
+    count = group_size(groups, lax.axis_size(AXIS))
+    return tuple(_all_gather_coalesced_p.bind(*xs, dim=dim, groups=groups, count=count))
 
 
 @collective
 def reduce_scatter(x, *, reduce_type: str, scale: float, dim: int, groups: Groups, world: int):
+    _check_world(world, "reduce_scatter")
+    if reduce_type == "sum" and x.dtype != jnp.bool_:
+        return _scaled(lax.psum_scatter(x, AXIS, scatter_dimension=dim, tiled=True,
+                                        axis_index_groups=_index_groups(groups)), scale)
     count = group_size(groups, world)
-    if groups is None and reduce_type == "sum" and x.dtype != jnp.bool_:
-        return _scaled(lax.psum_scatter(x, AXIS, scatter_dimension=dim, tiled=True), scale)
-    full = _reduce(x, reduce_type, groups, world)
+    full = _reduce(x, reduce_type, groups)
     chunk = x.shape[dim] // count
     position = _position(groups, world)
     return _scaled(lax.dynamic_slice_in_dim(full, position * chunk, chunk, axis=dim), scale)
@@ -201,18 +259,41 @@ def reduce_scatter(x, *, reduce_type: str, scale: float, dim: int, groups: Group
 
 @collective
 def all_to_all(x, *, split_dim: int, concat_dim: int, groups: Groups, world: int):
-    count = group_size(groups, world)
-    if groups is None:
-        return lax.all_to_all(x, AXIS, split_dim, concat_dim, tiled=True)
-    values, position = _group_values(x, groups, world), _position(groups, world)
-    chunk = x.shape[split_dim] // count
-    pieces = [
-        lax.dynamic_slice_in_dim(values[j], position * chunk, chunk, axis=split_dim)
-        for j in range(count)
-    ]
-    return jnp.concatenate(pieces, axis=concat_dim)
+    _check_world(world, "all_to_all")
+    return lax.all_to_all(x, AXIS, split_dim, concat_dim, tiled=True,
+                          axis_index_groups=_index_groups(groups))
 
 
 @collective
-def collective_permute(x, *, pairs: tuple[tuple[int, int], ...]):
+def collective_permute(x, *, pairs: tuple[tuple[int, int], ...], world: int = 1):
+    _check_world(world, "collective_permute")
     return lax.ppermute(x, AXIS, perm=pairs)
+
+
+# --- one all-gather of several operands (jax's all_gather makes one op per array) --------
+
+_all_gather_coalesced_p = Primitive("xla_all_gather_coalesced")
+_all_gather_coalesced_p.multiple_results = True
+
+
+@_all_gather_coalesced_p.def_abstract_eval
+def _all_gather_coalesced_shapes(*avals, dim: int, groups: Groups, count: int):
+    return [a.update(shape=resized(a.shape, dim, factor=count)) for a in avals]
+
+
+def _all_gather_coalesced_lowering(ctx, *xs, dim: int, groups: Groups, count: int):
+    # As jax lowers its own all_gather inside shard_map: global device ids, a channel.
+    replica_groups = jax_parallel._replica_groups(ctx.module_context.axis_context, AXIS,
+                                                  _index_groups(groups))
+    op = hlo.AllGatherOp(
+        [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out], list(xs),
+        all_gather_dim=mlir.i64_attr(dim),
+        replica_groups=jax_parallel._replica_groups_hlo(replica_groups),
+        channel_handle=hlo.ChannelHandle.get(mlir.COLLECTIVE_CHANNEL_ID,
+                                             mlir.DEVICE_TO_DEVICE_TYPE),
+        use_global_device_ids=ir.BoolAttr.get(True),
+    )
+    return op.results
+
+
+mlir.register_lowering(_all_gather_coalesced_p, _all_gather_coalesced_lowering)

@@ -30,7 +30,7 @@ from jax.profiler import TraceAnnotation
 
 from torch_xla import _metrics
 from torch_xla.pjrt import cache as compile_cache
-from torch_xla.pjrt import distributed
+from torch_xla.pjrt import distributed, spmd
 from torch_xla.plugins import registry
 from torch_xla.plugins.base import DevicePlugin
 
@@ -66,6 +66,8 @@ class Client:
                 "device with PJRT_DEVICE."
             ) from error
         self.compiled_once = False
+        if spmd.requested():
+            spmd.enable()
 
     # --- topology -----------------------------------------------------------
 
@@ -77,6 +79,18 @@ class Client:
             )
         return self.devices[index]
 
+    def device_count(self) -> int:
+        """The `xla:N` devices this process drives: one (the virtual device) in SPMD mode."""
+        return 1 if spmd.enabled() else len(self.devices)
+
+    def global_device_count(self) -> int:
+        """The `xla:N` devices of the job: one in SPMD mode."""
+        return 1 if spmd.enabled() else len(self.global_devices)
+
+    def replicated(self) -> Any:
+        """The virtual device's layout of unsharded data: whole on every device of the job."""
+        return spmd.replicated(tuple(self.global_devices))
+
     def process_index(self) -> int:
         return jax.process_index(backend=self.platform)
 
@@ -85,10 +99,18 @@ class Client:
 
     # --- transfers ----------------------------------------------------------
 
-    def to_device(self, array: np.ndarray, index: int = 0) -> jax.Array:
+    def to_device(self, array: np.ndarray, index: int = 0, layout: Any = None,
+                  local: bool = False) -> jax.Array:
+        """`array` on device `index`; in SPMD mode a global array laid out as `layout`
+        (replicated by default), `local`: `array` is only this process's part of it."""
         start = time.perf_counter()
         with TraceAnnotation(TRACE_TRANSFER_TO_DEVICE):
-            moved = jax.device_put(array, self.device(index))
+            if local:
+                moved = jax.make_array_from_process_local_data(layout, array)
+            elif spmd.enabled():
+                moved = spmd.place(array, self.replicated() if layout is None else layout)
+            else:
+                moved = jax.device_put(array, self.device(index))
         _TO_DEVICE_TIME.add(time.perf_counter() - start)
         _OUTBOUND.add(array.nbytes)
         _DATA_HANDLES.value += 1
@@ -97,7 +119,7 @@ class Client:
     def to_host(self, array: jax.Array) -> np.ndarray:
         start = time.perf_counter()
         with TraceAnnotation(TRACE_TRANSFER_FROM_DEVICE):
-            host = np.asarray(array)
+            host = np.asarray(array) if array.is_fully_addressable else spmd.gather(array)
         _FROM_DEVICE_TIME.add(time.perf_counter() - start)
         _INBOUND.add(host.nbytes)
         return host
@@ -105,22 +127,25 @@ class Client:
     # --- compilation --------------------------------------------------------
 
     def compile(self, key: str | None, fn: Callable[..., Any], *args: Any,
-                eager: bool = False) -> Any:
+                eager: bool = False, out_shardings: Any = None) -> Any:
         """Compile `fn` for `args`; with a persistent cache, `key` names the entry.
 
-        `eager`: one op compiled in eager mode, timed as `EagerOpCompileTime`."""
+        `eager`: one op compiled in eager mode, timed as `EagerOpCompileTime`.
+        `out_shardings`: the results' layouts (by default XLA's partitioner chooses them
+        from the inputs' shardings and the graph's constraints)."""
         with TraceAnnotation(TRACE_COMPILE):
-            return self._compile(key, fn, *args, eager=eager)
+            return self._compile(key, fn, *args, eager=eager, out_shardings=out_shardings)
 
     def _compile(self, key: str | None, fn: Callable[..., Any], *args: Any,
-                 eager: bool = False) -> Any:
+                 eager: bool = False, out_shardings: Any = None) -> Any:
         self.compiled_once = True
         cached = compile_cache.load(key) if key is not None else None
         if cached is not None:
             _metrics.counter("PersistentCacheHit").inc()
             return cached
         start = time.perf_counter()
-        compiled = jax.jit(fn).lower(*args).compile()
+        jitted = jax.jit(fn) if out_shardings is None else jax.jit(fn, out_shardings=out_shardings)
+        compiled = jitted.lower(*args).compile()
         _metrics.metric("EagerOpCompileTime" if eager else "CompileTime").add(
             time.perf_counter() - start)
         _metrics.counter("CreateCompileHandles").inc()
@@ -134,7 +159,10 @@ class Client:
         """An execution launched at `start` (perf_counter) returned `results`, maybe not
         ready yet: count its buffers, and time it until they are ready."""
         _DATA_HANDLES.value += len(results)
-        execution_clock.launched(_EAGER_EXECUTE_TIME if eager else _EXECUTE_TIME, start, results)
+        metric = _EAGER_EXECUTE_TIME if eager else _EXECUTE_TIME
+        if spmd.enabled():  # one program over every device, as PyTorch/XLA names it
+            metric = _EXECUTE_REPLICATED_TIME
+        execution_clock.launched(metric, start, results)
 
 
 class ExecutionClock:
@@ -198,6 +226,7 @@ _INBOUND = _metrics.metric("InboundData")
 _DATA_HANDLES = _metrics.counter("CreateDataHandles")
 _EXECUTE_TIME = _metrics.metric("ExecuteTime")
 _EAGER_EXECUTE_TIME = _metrics.metric("EagerOpExecuteTime")
+_EXECUTE_REPLICATED_TIME = _metrics.metric("ExecuteReplicatedTime")
 
 execution_clock = ExecutionClock()
 _metrics.on_read(execution_clock.settle)

@@ -256,6 +256,11 @@ def getenv_as(name: str, type: Callable[[str], Any], defval: Any = None) -> Any:
     return bool(int(env)) if type is bool else type(env)
 
 
+def check_env_flag(name: str, default: str = "") -> bool:
+    """Whether environment variable `name` is set to a true word (1, on, yes, true, y)."""
+    return os.getenv(name, default).upper() in ("ON", "1", "YES", "TRUE", "Y")
+
+
 def parse_xla_device(device: str) -> tuple[str, int] | None:
     """`'TPU:3'` -> `('TPU', 3)`; None for anything else."""
     m = re.match(r"([A-Z]+):(\d+)$", device)

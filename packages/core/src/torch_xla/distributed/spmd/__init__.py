@@ -1,11 +1,12 @@
 """`torch_xla.distributed.spmd` (`xs`): one program sharded over every device (issue 11).
 
-What exists so far: device meshes (`Mesh`, `HybridMesh`, `get_1d_mesh`, the global
-mesh) and partition specs, translated into jax's `NamedSharding` for XLA's
-partitioner (`mesh.py`). The annotations (`mark_sharding` & co) and the virtual
-device come next; see docs/guide/spmd.md.
+Device meshes (`Mesh`, `HybridMesh`, `get_1d_mesh`, the global mesh) and partition
+specs become jax `NamedSharding`s (`mesh.py`); `mark_sharding` lays a tensor out as
+one (`xla_sharding.py`), and XLA's partitioner shards the compiled step from there.
+The virtual device is `xr.use_spmd()`'s. See docs/guide/spmd.md.
 """
 
+from torch_xla.distributed.spmd.debugging import visualize_sharding, visualize_tensor_sharding
 from torch_xla.distributed.spmd.mesh import (
     HybridMesh,
     Mesh,
@@ -14,6 +15,20 @@ from torch_xla.distributed.spmd.mesh import (
     get_global_mesh,
     set_global_mesh,
 )
+from torch_xla.distributed.spmd.xla_sharded_tensor import XLAShard, XLAShardedTensor
+from torch_xla.distributed.spmd.xla_sharding import (
+    MarkShardingFunction,
+    ShardingSpec,
+    clear_sharding,
+    mark_sharding,
+    mark_sharding_with_gradients,
+    unwrap_sharded_tensor,
+    wrap_as_sharded_tensor,
+    wrap_if_sharded,
+)
 
-__all__ = ["HybridMesh", "Mesh", "ShardingType", "get_1d_mesh", "get_global_mesh",
-           "set_global_mesh"]
+__all__ = ["HybridMesh", "MarkShardingFunction", "Mesh", "ShardingSpec", "ShardingType",
+           "XLAShard", "XLAShardedTensor", "clear_sharding", "get_1d_mesh", "get_global_mesh",
+           "mark_sharding", "mark_sharding_with_gradients", "set_global_mesh",
+           "unwrap_sharded_tensor", "visualize_sharding", "visualize_tensor_sharding",
+           "wrap_as_sharded_tensor", "wrap_if_sharded"]

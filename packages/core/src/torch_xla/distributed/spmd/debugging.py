@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from torch_xla.distributed.spmd.mesh import Mesh
+from torch_xla.lazy import functional, sharding
 from torch_xla.pjrt.client import client
 
 # `{devices=[2,2]0,1,2,3}`, or XLA's iota form `{devices=[4,2]<=[2,4]T(1,0)}`.
@@ -135,3 +136,13 @@ def visualize_sharding(sharding: str, use_color: bool = True, scale: float = 1.0
         table.add_row(*cells)
     console.print(table, end="\n\n")
     return table
+
+
+def visualize_tensor_sharding(t: Any, **kwargs: Any) -> Any:
+    """`visualize_sharding` of an XLA tensor's own sharding (its `_get_xla_sharding_spec`);
+    keyword arguments as for `visualize_sharding`."""
+    text = sharding.spec(functional.unwrap(getattr(t, "global_tensor", t)))
+    if not text:
+        raise ValueError("visualize_tensor_sharding: the tensor has no sharding; "
+                         "xs.mark_sharding it first.")
+    return visualize_sharding(text, **kwargs)

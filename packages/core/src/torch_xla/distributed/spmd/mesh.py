@@ -27,10 +27,16 @@ from jax.sharding import Mesh as JaxMesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as JaxSpec
 
+from torch_xla import _metrics
+from torch_xla.pjrt import spmd
 from torch_xla.pjrt.client import client
 
 # A partition spec: per tensor dim, a mesh axis (index or name), a tuple of them, or None.
 PartitionSpec = tuple
+
+
+class MeshError(ValueError, AssertionError):
+    """A mesh that cannot be built (an AssertionError too, as PyTorch/XLA raises)."""
 
 
 class ShardingType(enum.IntEnum):
@@ -63,18 +69,24 @@ class Mesh:
         shape = tuple(int(s) for s in mesh_shape)
         names = None if axis_names is None else tuple(axis_names)
         if names is not None and len(names) != len(shape):
-            raise ValueError(f"Mesh: {len(names)} axis names {names} for a {len(shape)}-d "
-                             f"mesh_shape {shape}; give one name per mesh axis.")
+            raise MeshError(f"Mesh: Number of axis names {len(names)} {names} must match mesh "
+                            f"dimensions {len(shape)} (mesh_shape {shape}); give one name per "
+                            "mesh axis.")
         if names is not None and len(set(names)) != len(names):
-            raise ValueError(f"Mesh: axis names must be distinct, got {names}.")
+            raise MeshError(f"Mesh: Axis names must be unique, got {names}.")
         if len(ids) != math.prod(shape):
-            raise ValueError(f"Mesh: {len(ids)} device ids do not fill mesh_shape {shape} "
-                             f"({math.prod(shape)} devices).")
+            raise MeshError(f"Mesh: Number of device IDs ({len(ids)}) must match mesh size "
+                            f"({math.prod(shape)} for mesh_shape {shape}).")
         if len(np.unique(ids)) != len(ids):
-            raise ValueError(f"Mesh: device ids must be distinct, got {ids.tolist()}.")
+            raise MeshError(f"Mesh: Device IDs must be unique, got {ids.tolist()}.")
         if ids.size and (ids.min() < 0 or ids.max() >= len(ids)):
-            raise ValueError(f"Mesh: device ids must be 0..{len(ids) - 1} (global runtime "
-                             f"ordinals), got {ids.tolist()}.")
+            raise MeshError(f"Mesh: Device IDs must be less than mesh size ({len(ids)}): "
+                            f"expected the global runtime ordinals 0..{len(ids) - 1}, got "
+                            f"{ids.tolist()}.")
+        if spmd.enabled() and len(ids) != len(client().global_devices):
+            raise MeshError(f"Mesh: Number of device IDs ({len(ids)}) must match the global "
+                            f"number of devices ({len(client().global_devices)}): an SPMD mesh "
+                            "spans every device of the job (xr.global_runtime_device_count()).")
         self.device_ids = ids
         self.mesh_shape = shape
         self.axis_names = names
@@ -136,6 +148,18 @@ class Mesh:
         """The `jax.sharding.NamedSharding` of `partition_spec` on this mesh."""
         return NamedSharding(self.jax_mesh(devices), self.jax_spec(partition_spec))
 
+    def get_op_sharding(self, partition_spec: PartitionSpec) -> Any:
+        """The sharding `partition_spec` names on this mesh over the job's devices (a jax
+        `NamedSharding`; PyTorch/XLA returns its OpSharding here, and every function
+        that takes one accepts this)."""
+        key = (tuple(partition_spec), tuple(client().global_devices))
+        cache = self.__dict__.setdefault("_op_shardings", {})
+        found = cache.get(key)
+        if found is None:  # once per mesh object and spec, as PyTorch/XLA caches them
+            _CREATE_OP_SHARDING.inc()
+            found = cache[key] = self.sharding(*key)
+        return found
+
     def jax_spec(self, partition_spec: PartitionSpec) -> Any:
         names = _jax_axis_names(self)
         entries = []
@@ -147,6 +171,9 @@ class Mesh:
             else:
                 entries.append(names[d])
         return JaxSpec(*entries)
+
+
+_CREATE_OP_SHARDING = _metrics.counter("CreateOpSharding")
 
 
 def _jax_axis_names(mesh: Mesh) -> tuple[str, ...]:

@@ -1,0 +1,16 @@
+"""`torch_xla.experimental.distributed_checkpoint`: checkpoints of sharded state (issue 11).
+
+`torch.distributed.checkpoint` planners for state dicts holding sharded XLA tensors
+(`SPMDSavePlanner`, `SPMDLoadPlanner`): each process writes only the tiles its devices
+own and reads only what its devices need, so a model saved on one mesh loads onto
+another. `CheckpointManager` keeps numbered checkpoints in a folder, saves them in the
+background, and never leaves a half-written one in place. See docs/guide/spmd.md.
+"""
+
+from torch_xla.experimental.distributed_checkpoint.manager import CheckpointManager
+from torch_xla.experimental.distributed_checkpoint.planners import (
+    SPMDLoadPlanner,
+    SPMDSavePlanner,
+)
+
+__all__ = ["CheckpointManager", "SPMDLoadPlanner", "SPMDSavePlanner"]

@@ -1,0 +1,234 @@
+"""A step recorded once and run as one XLA While loop (gradient accumulation).
+
+The caller records its step over `placeholder` tensors (leaves with no value: one
+slice of each iterated tensor, the carried values). `accumulation_loop` then
+splits the recorded graph: values that do not depend on a placeholder (the
+parameters, constants, anything computed before the loop) are computed once
+outside and enter the loop as invariants; the rest is cloned into the body, whose
+JAX function `compiler.graph_function` builds. One node, lowered by
+`lowering.loops.accumulate`, runs that body in `jax.lax.fori_loop`. A random op's
+key is the exception to hoisting: it is folded with the iteration number inside
+the loop, so each step draws its own numbers (dropout masks differ per step).
+
+The node's hash covers the body's structure (`Body.fingerprint`), so the same step
+recorded again hits the compiled program, however many steps it iterates.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+from collections.abc import Sequence
+
+import torch
+
+from torch_xla.lazy import compiler, dtype_policy, graph, ir, rng, tensor
+from torch_xla.lazy.tensor import XLATensor
+from torch_xla.lowering import loops
+
+LOOP_OP = "xla::gradient_accumulation_loop"
+PLACEHOLDER_OP = "xla::loop_input"
+
+
+class ValueOfLoopInputError(RuntimeError):
+    """A traced loop body asked for the value of a tensor that depends on a loop input."""
+
+
+class Placeholder(ir.Data):
+    """A leaf standing for a loop input while the body is recorded: it has no value."""
+
+    __slots__ = ()
+
+    def __init__(self, aval: ir.Aval, device: int) -> None:
+        self.op = PLACEHOLDER_OP
+        self.rule = None
+        self.template = ()
+        self.inputs = ()
+        self.avals = (aval,)
+        self.device = device
+        self.hash = hash((PLACEHOLDER_OP, aval))
+        self.location = None
+
+    @property
+    def array(self):
+        raise ValueOfLoopInputError(
+            "The loop body read the value of a tensor computed from a loop input (.item(), "
+            ".cpu(), print, a sync inside the step, or a value-dependent branch). The body is "
+            "recorded once and runs inside one XLA While loop, so no value exists while it is "
+            "recorded: keep such reads outside the step."
+        )
+
+
+def placeholder(shape: Sequence[int], dtype: torch.dtype, device: int) -> XLATensor:
+    """An engine tensor standing for a loop input of this shape and dtype."""
+    return XLATensor(Placeholder((tuple(shape), dtype), device))
+
+
+class Body:
+    """The recorded step as a JAX function; equal (and hashed, and printed) by its
+    structure, which is all a compiled program depends on."""
+
+    __slots__ = ("fn", "fingerprint")
+
+    def __init__(self, fn, fingerprint: str) -> None:
+        self.fn = fn
+        self.fingerprint = fingerprint
+
+    def __call__(self, *arrays):
+        return self.fn(*arrays)
+
+    def __eq__(self, other) -> bool:
+        return type(other) is Body and other.fingerprint == self.fingerprint
+
+    def __hash__(self) -> int:
+        return hash(self.fingerprint)
+
+    def __repr__(self) -> str:
+        return f"Body({self.fingerprint})"
+
+
+# --- splitting the recorded graph ------------------------------------------------------
+
+
+def _depends(order: list[ir.Node]) -> dict[int, bool]:
+    """id(node) -> whether it is or reads a placeholder (`order`: a post-order)."""
+    found: dict[int, bool] = {}
+    for n in order:
+        found[id(n)] = type(n) is Placeholder or any(found[id(c)] for c, _ in n.inputs)
+    return found
+
+
+class _Split:
+    """The body's clone of each placeholder-dependent node; every value it reads from
+    outside becomes a new placeholder (a key or an invariant of the loop)."""
+
+    def __init__(self, depends: dict[int, bool]) -> None:
+        self.depends = depends
+        self.clones: dict[int, ir.Node] = {}
+        self.keys: list[tuple[tuple[ir.Node, int], Placeholder]] = []
+        self.invariants: list[tuple[tuple[ir.Node, int], Placeholder]] = []
+        self._outside: dict[tuple[int, int], Placeholder] = {}
+
+    def value(self, node: ir.Node, index: int) -> tuple[ir.Node, int]:
+        if self.depends[id(node)]:
+            return self.clones.get(id(node), node), index
+        key = (id(node), index)
+        found = self._outside.get(key)
+        if found is None:
+            found = self._outside[key] = Placeholder(node.avals[index], node.device)
+            (self.keys if node.op == rng.KEY_OP else self.invariants).append(((node, index), found))
+        return found, 0
+
+    def clone(self, n: ir.Node) -> None:
+        if type(n) is Placeholder:
+            return
+        if getattr(n.rule, "collective", False):
+            raise NotImplementedError(
+                f"gradient_accumulation: the step holds a collective ({n.op}) that depends on "
+                "the iterated tensors; collectives inside the accumulation loop are not "
+                "supported yet. Reduce the accumulated gradients after the loop instead."
+            )
+        inputs = [self.value(c, i) for c, i in n.inputs]
+        clone = ir.Node(n.op, n.rule, n.template, inputs, n.avals, n.device, n.hash)
+        clone.location = n.location
+        self.clones[id(n)] = clone
+
+
+def _fingerprint(device: int, order, position, values, leaves: list) -> str:
+    """The body's structure, independent of process and device: each node as the
+    compiler keys it, plus which loop operand each leaf of the walk is."""
+    leaf_index = {id(leaf): k for k, leaf in enumerate(leaves)}
+    roles = [leaf_index[id(n)] for n in order if n.rule is None]
+    text = compiler.stable_key(device, order, position, values, replica=True) + repr(roles)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# --- the loop node ---------------------------------------------------------------------
+
+
+def accumulation_loop(
+    steps: int,
+    slots: Sequence[XLATensor],
+    iterables: Sequence[XLATensor],
+    carried: Sequence[XLATensor],
+    accumulators: Sequence[XLATensor],
+    loss: XLATensor,
+    carried_out: Sequence[XLATensor],
+    grads: Sequence[XLATensor | None],
+) -> list[XLATensor]:
+    """Record one node running the step recorded over `slots` (placeholders: one slice of
+    each iterable, then one per carried value) `steps` times.
+
+    The step produced `loss`, `carried_out` and one gradient per accumulator (None where
+    it produced none). Returns the summed loss, the final carried values and the
+    accumulators plus the summed gradients."""
+    device = loss._node.device
+    present = [g for g in grads if g is not None]
+    roots = [loss.value, *(t.value for t in carried_out), *(g.value for g in present)]
+    order, _, _, _ = graph.walk(roots)
+    split = _Split(_depends(order))
+    for n in order:
+        if split.depends[id(n)]:
+            split.clone(n)
+    body_values = [split.value(n, i) for n, i in roots]
+    outside = [p for _, p in split.keys] + [p for _, p in split.invariants]
+    leaves = [t._node for t in slots] + outside
+    body_order, position, _, _ = graph.walk(body_values)
+    fn = compiler.graph_function(body_order, position, leaves, body_values)
+    body = Body(fn, _fingerprint(device, body_order, position, body_values, leaves))
+    layout = loops.AccumulationLayout(
+        steps=steps, iterables=len(iterables), carried=len(carried),
+        has_grad=tuple(g is not None for g in grads), keys=len(split.keys),
+        invariants=len(split.invariants), loss_shape=tuple(loss.shape),
+        loss_dtype=str(dtype_policy.STORAGE[loss.dtype]),
+    )
+    inputs = [t.value for t in (*iterables, *carried, *accumulators)]
+    inputs += [v for v, _ in split.keys] + [v for v, _ in split.invariants]
+    avals = (loss._node.avals[loss._index], *(t._node.avals[t._index] for t in carried),
+             *(t._node.avals[t._index] for t in accumulators))
+    template = (tuple(ir.Slot(i) for i in range(len(inputs))), (("body", body), ("layout", layout)))
+    in_avals = tuple(n.avals[i] for n, i in inputs)
+    node = ir.Node(LOOP_OP, loops.accumulate, template, inputs, avals, device,
+                   hash((LOOP_OP, body, layout, in_avals, avals)))
+    return [XLATensor(node, i) for i in range(len(avals))]
+
+
+# --- nothing recorded over a placeholder may outlive the recording -------------------
+
+
+def forget_recorded(tensors: Sequence[XLATensor]) -> None:
+    """Leave the step's own results out of syncs, and check that no other live tensor
+    holds a value computed from a placeholder (a sync would have to read it).
+
+    Raises NotImplementedError naming such a tensor: the step updated state (a buffer,
+    a global) that the loop cannot carry."""
+    for t in tensors:
+        tensor.uninitialized(t)
+    escaped = _escaped()
+    if escaped:
+        gc.collect()  # reference cycles may still hold dead tensors of the step
+        escaped = _escaped()
+    if escaped:
+        t = escaped[0]
+        discard_recorded()
+        raise NotImplementedError(
+            f"gradient_accumulation: after the step, {len(escaped)} live tensor(s) hold "
+            f"values computed inside the loop that the loop does not return, e.g. one of "
+            f"shape {tuple(t.shape)} and dtype {t.dtype} (from {t._node.op}). The loop "
+            "returns only the loss, the carried tensors and the parameters' gradients: a "
+            "step that updates buffers (batch norm's running statistics) or stores tensors "
+            "outside is not supported; pass such state as carried_tensors and return it."
+        )
+
+
+def discard_recorded() -> None:
+    """Leave every live tensor computed from a placeholder out of syncs (a recording that
+    failed half-way), so that the next sync does not try to read a placeholder."""
+    for t in _escaped():
+        tensor.uninitialized(t)
+
+
+def _escaped() -> list[XLATensor]:
+    pending = tensor.pending_tensors()
+    depends = _depends(graph.walk([t.value for t in pending])[0])
+    return [t for t in pending if depends[id(t._node)]]

@@ -1,0 +1,263 @@
+"""Sharding annotations on engine tensors (SPMD mode; `xs.mark_sharding` is built on these).
+
+A tensor holding device data is laid out anew at once (`jax.device_put` to the
+sharding: every device keeps only its tiles). A tensor whose value is still IR gets a
+sharding-constraint node (`jax.lax.with_sharding_constraint` in the compiled graph),
+which XLA's partitioner honours and propagates from. Either way the annotation is
+part of the graph, so a program is compiled once per layout and reused.
+
+`spec(t)` is PyTorch/XLA's sharding text of a tensor: its annotation, the layout the
+partitioner gave a program's output, or `''` for data nobody laid out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+import torch
+
+from torch_xla.lazy import ir, nodes, transfer
+from torch_xla.lazy.tensor import XLATensor
+from torch_xla.pjrt import spmd
+from torch_xla.pjrt.client import client
+
+CONSTRAINT_OP = "xla::sharding_constraint"
+
+
+class NotSpmdError(RuntimeError):
+    """A sharding was asked for outside SPMD mode."""
+
+
+class Layout:
+    """A jax sharding as a node's static argument: equal, hashed and written (in the
+    persistent-cache key) by the devices it names, which jax's own repr leaves out."""
+
+    __slots__ = ("sharding", "text")
+
+    def __init__(self, sharding: Any, ndim: int) -> None:
+        self.sharding = sharding
+        self.text = spmd.sharding_text(sharding, ndim, client().global_devices)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is Layout and other.sharding == self.sharding
+
+    def __hash__(self) -> int:
+        return hash(self.sharding)
+
+    def __repr__(self) -> str:
+        return f"Layout({self.text})"
+
+
+def _constrain(x: Any, layout: Layout) -> Any:
+    return jax.lax.with_sharding_constraint(x, layout.sharding)
+
+
+def check_spmd(what: str) -> None:
+    if not spmd.enabled():
+        raise NotSpmdError(
+            f"{what} needs SPMD mode: call torch_xla.runtime.use_spmd() at the start of the "
+            "program (before creating XLA tensors), or set XLA_USE_SPMD=1."
+        )
+
+
+def annotate(t: XLATensor, sharding: Any) -> None:
+    """Lay `t` out as the jax `sharding` (device data now; a pending value in its graph)."""
+    check_spmd("Sharding a tensor")
+    node, index = t._node, t._index
+    aval = node.avals[index]
+    if node.rule is None and _divides(sharding, aval[0]):
+        array = jax.device_put(node.array, sharding)
+        t._set(ir.Data(array, aval, node.device, annotated=True))
+        return
+    # A pending value, or data whose dims the mesh does not divide evenly (a jax array
+    # holds only even tiles; inside a program XLA pads them): a constraint in the graph.
+    if node.op == CONSTRAINT_OP:  # a new annotation replaces the one before
+        node, index = node.inputs[0]
+    layout = Layout(sharding, len(aval[0]))
+    t._set(nodes.engine_node(CONSTRAINT_OP, _constrain, (layout,), [(node, index)], aval,
+                             node.device))
+
+
+def relayout(t: torch.Tensor, how: Callable[[XLATensor], None]) -> None:
+    """Apply `how` (`annotate`, `clear`) to the user tensor `t` so that functionalization
+    sees the new value: views of `t` read it (a parameter's `.t()` inside `nn.Linear`
+    too). No autograd version bump: the value is the same, only its layout."""
+    if type(t) is XLATensor:
+        how(t)
+        return
+    if not torch._is_functional_tensor(t):
+        raise TypeError(f"expected an XLA tensor, got a {t.type()} on {t.device}")
+    torch._sync(t)
+    inner = torch._from_functional_tensor(t)
+    if t._is_view():
+        # A view's own value: functionalization would turn a write through it into a
+        # scatter into its base (no longer this layout); it regenerates the view only
+        # when the base changes.
+        how(inner)
+        return
+    fresh = XLATensor(*inner.value)
+    how(fresh)
+    torch._functionalize_replace(t, fresh)
+    torch._functionalize_commit_update(t)
+    torch._sync(t)
+
+
+def from_host(t: torch.Tensor, sharding: Any, device: int, local: bool = False) -> XLATensor:
+    """The CPU tensor `t` on the virtual device laid out as `sharding` (each device receives
+    only its tiles); `local`: `t` is this process's part of the global batch. Dims the mesh
+    does not divide evenly are copied whole and constrained in the graph (`annotate`)."""
+    check_spmd("Loading a tensor sharded")
+    if local and client().process_count() == 1:
+        local = False  # this process's part is the whole batch
+    if not local and not _divides(sharding, tuple(t.shape)):
+        moved = XLATensor(nodes.host_data(t, device))
+        annotate(moved, sharding)
+        return moved
+    array = transfer.to_device(t, device, sharding, local)
+    return XLATensor(ir.Data(array, (tuple(array.shape), t.dtype), device, annotated=True))
+
+
+def _divides(sharding: Any, shape: tuple) -> bool:
+    try:
+        sharding.shard_shape(shape)
+    except ValueError:  # jax's IndivisibleError
+        return False
+    return True
+
+
+def clear(t: XLATensor) -> None:
+    """Drop `t`'s annotation: device data goes back to the virtual device's replicated
+    layout, a pending value loses its constraint."""
+    node = t._node
+    if node.rule is None:
+        if getattr(node, "annotated", False):
+            array = jax.device_put(node.array, client().replicated())
+            t._set(ir.Data(array, node.avals[0], node.device))
+    elif node.op == CONSTRAINT_OP:
+        t._set(*node.inputs[0])
+
+
+def layout(t: XLATensor) -> Any | None:
+    """The jax sharding `t` is (or will be) laid out as, if anyone chose one."""
+    node = t._node
+    if node.rule is None:
+        return node.array.sharding if getattr(node, "annotated", False) else None
+    if node.op == CONSTRAINT_OP:
+        return node.template[0][1].sharding
+    return None
+
+
+def spec(t: XLATensor) -> str:
+    """PyTorch/XLA's sharding text of `t` (`''` when nothing laid it out)."""
+    node = t._node
+    if node.rule is None:
+        if not getattr(node, "annotated", False):
+            return ""
+        return spmd.sharding_text(node.array.sharding, len(node.avals[0][0]),
+                                  client().global_devices)
+    if node.op == CONSTRAINT_OP:
+        return node.template[0][1].text
+    return ""
+
+
+def output_layouts(values: list[tuple[ir.Node, int]]) -> tuple:
+    """Layouts for the outputs of a graph without inputs (which jax would otherwise put on
+    one device): a constrained value keeps its constraint, the rest are replicated."""
+    return tuple(
+        node.template[0][1].sharding if node.op == CONSTRAINT_OP else client().replicated()
+        for node, _ in values
+    )
+
+
+# --- tiles on the host -------------------------------------------------------------------
+
+
+def _device_name(device: Any) -> str:
+    runtime = client()
+    return f"{runtime.name}:{runtime.global_devices.index(device)}"
+
+
+def local_shards(t: XLATensor) -> list[tuple[np.ndarray, Any, str, int]]:
+    """(host copy, indices, runtime device, replica id) of each tile of `t`'s device data
+    on this process's devices, by device ordinal; indices are `...` when every device
+    holds the whole tensor."""
+    array = t._node.array
+    shape = tuple(array.shape)
+    runtime = client()
+    out = []
+    for shard in sorted(array.addressable_shards,
+                        key=lambda s: runtime.global_devices.index(s.device)):
+        whole = tuple(shard.data.shape) == shape
+        indices = Ellipsis if whole else [
+            slice(*s.indices(n)) for s, n in zip(shard.index, shape, strict=True)]
+        out.append((runtime.to_host(shard.data), indices, _device_name(shard.device),
+                    shard.replica_id))
+    return out
+
+
+def _addressable(sharding: Any, shape: tuple) -> list[tuple[Any, tuple]]:
+    """(device, index) of each tile of `shape` laid out as `sharding` on this process's
+    devices, by device ordinal."""
+    runtime = client()
+    found = sharding.addressable_devices_indices_map(shape)
+    return sorted(found.items(), key=lambda item: runtime.global_devices.index(item[0]))
+
+
+def _from_tiles(tiles: list[np.ndarray], devices: list[str], sharding: Any, shape: tuple,
+                what: str) -> jax.Array:
+    """A global array of `shape` laid out as `sharding`, from one host tile per device of
+    this process (`devices` names them; they must be the devices the layout uses here)."""
+    expected = _addressable(sharding, shape)
+    names = [_device_name(d) for d, _ in expected]
+    if sorted(devices) != sorted(names):
+        raise RuntimeError(
+            f"{what}: got shards for devices {devices}, but the sharding places tiles on "
+            f"{names}: pass exactly one shard per device of this process.")
+    by_name = dict(zip(devices, tiles, strict=True))
+    arrays = []
+    for (device, index), name in zip(expected, names, strict=True):
+        tile = by_name[name]
+        wanted = tuple(len(range(*s.indices(n))) for s, n in zip(index, shape, strict=True))
+        if tuple(tile.shape) != wanted:
+            raise RuntimeError(f"{what}: the shard for {name} has shape {tuple(tile.shape)}, "
+                               f"but that device's tile of a {shape} tensor is {wanted}.")
+        arrays.append(jax.device_put(tile, device))
+    return jax.make_array_from_single_device_arrays(shape, sharding, arrays)
+
+
+def load_local_shards(t: XLATensor, tiles: list[np.ndarray], devices: list[str]) -> None:
+    """Replace the tiles of `t`'s (sharded) device data with `tiles`, one per device."""
+    node = t._node
+    if not getattr(node, "annotated", False) or sharding_is_replicated(node.array.sharding,
+                                                                        node.array.ndim):
+        raise RuntimeError("load_local_shards_: the tensor is not sharded (its data is "
+                           "replicated); mark_sharding it first, or copy the whole value.")
+    shape = tuple(node.array.shape)
+    if len(tiles) != len(_addressable(node.array.sharding, shape)):
+        raise RuntimeError(f"load_local_shards_: expected one shard per device of this process "
+                           f"({len(_addressable(node.array.sharding, shape))}), got "
+                           f"{len(tiles)}.")
+    tiles = [np.asarray(x, dtype=node.array.dtype) for x in tiles]
+    array = _from_tiles(tiles, devices, node.array.sharding, shape, "load_local_shards_")
+    t._set(ir.Data(array, node.avals[0], node.device, annotated=True))
+
+
+def sharding_is_replicated(sharding: Any, ndim: int) -> bool:
+    return sharding._to_xla_hlo_sharding(ndim).is_replicated()
+
+
+def from_shards(tiles: list[np.ndarray], dtype: Any, sharding: Any, shape: tuple,
+                device: int) -> ir.Data:
+    """Device data of global `shape` laid out as `sharding` from one host tile per device
+    of this process, in device-ordinal order (`_global_tensor_from_cpu_shards`)."""
+    check_spmd("Building a tensor from shards")
+    expected = _addressable(sharding, shape)
+    if len(tiles) != len(expected):
+        raise RuntimeError(f"Expected {len(expected)} shards, one per device of this process "
+                           f"for a {shape} tensor, got {len(tiles)}.")
+    names = [_device_name(d) for d, _ in expected]
+    array = _from_tiles(tiles, names, sharding, shape, "_global_tensor_from_cpu_shards")
+    return ir.Data(array, (shape, dtype), device, annotated=True)

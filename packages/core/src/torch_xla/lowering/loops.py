@@ -1,0 +1,71 @@
+"""Loops as JAX: the body of a traced step run over a leading dimension in one XLA While.
+
+`accumulate` is the lowering of the engine's gradient-accumulation node
+(`lazy/loop.py`): the body is a JAX function built from the recorded step, and
+the loop is `jax.lax.fori_loop`, which XLA receives as one `while` whatever the
+number of steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+
+@dataclass(frozen=True)
+class AccumulationLayout:
+    """How the loop's operands and the body's arguments and results are laid out.
+
+    Operands: iterables (stacked along dimension 0), carried values, gradient
+    accumulators, random keys, loop invariants. Body arguments: one slice of each
+    iterable, the carried values, each key folded with the iteration, the
+    invariants. Body results: the loss, the carried values, one gradient per
+    accumulator whose `has_grad` is True. Loop results: the summed loss, the last
+    carried values, the accumulators."""
+
+    steps: int
+    iterables: int
+    carried: int
+    has_grad: tuple[bool, ...]
+    keys: int
+    invariants: int
+    loss_shape: tuple[int, ...]
+    loss_dtype: str  # numpy name of the loss's storage dtype
+
+
+def _fold_in(key, i):
+    """A raw key (uint32[2]) for iteration `i`, so each step draws other random numbers."""
+    return jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(key), i))
+
+
+def _split(arrays: tuple, sizes: list[int]) -> list[tuple]:
+    out, start = [], 0
+    for size in sizes:
+        out.append(tuple(arrays[start:start + size]))
+        start += size
+    return out
+
+
+def accumulate(*arrays, body: Callable, layout: AccumulationLayout) -> tuple:
+    """Run `body` once per slice of the iterables, summing the losses and gradients."""
+    sizes = [layout.iterables, layout.carried, len(layout.has_grad), layout.keys,
+             layout.invariants]
+    iterables, carried, accumulators, keys, invariants = _split(arrays, sizes)
+
+    def step(i, state):
+        loss, carried, accumulators = state
+        slices = [lax.dynamic_index_in_dim(x, i, 0, keepdims=False) for x in iterables]
+        out = body(*slices, *carried, *(_fold_in(k, i) for k in keys), *invariants)
+        grads = iter(out[1 + layout.carried:])
+        summed = tuple(a + next(grads) if has else a
+                       for a, has in zip(accumulators, layout.has_grad, strict=True))
+        return loss + out[0], tuple(out[1:1 + layout.carried]), summed
+
+    zero = jnp.zeros(layout.loss_shape, layout.loss_dtype)
+    loss, carried, accumulators = lax.fori_loop(
+        0, layout.steps, step, (zero, carried, accumulators))
+    return (loss, *carried, *accumulators)

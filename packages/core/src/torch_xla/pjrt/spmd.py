@@ -1,0 +1,120 @@
+"""SPMD mode of the runtime: `xla:0` is one virtual device over every device of the job.
+
+With SPMD on (`xr.use_spmd()` or `XLA_USE_SPMD=1`), a tensor's device data is one
+global `jax.Array` laid out over all devices: replicated when it is copied from the
+host, sharded once `xs.mark_sharding` asks for it, and as XLA's partitioner chose for
+the outputs of a compiled step. The step itself is jitted as in the other mode; jax
+hands its input shardings (and the sharding constraints recorded in the graph) to
+XLA's SPMD partitioner. Nothing here partitions: it places and reads global arrays.
+
+The mode is per process and, as in PyTorch/XLA, turning it on is one-way for the
+engine (tensors made before keep their data and are replicated on first use);
+`is_spmd()` reads the variable, which is what upstream's API reports.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+
+USE_SPMD_VARIABLE = "XLA_USE_SPMD"
+
+_on = False
+
+
+def requested() -> bool:
+    """Whether XLA_USE_SPMD asks for SPMD (PyTorch/XLA's flag: 1/true/yes)."""
+    return os.environ.get(USE_SPMD_VARIABLE, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def enable() -> None:
+    global _on
+    _on = True
+
+
+def enabled() -> bool:
+    """Whether the engine runs programs over the virtual device (from the first
+    `enable()`, or XLA_USE_SPMD=1 when the runtime started)."""
+    return _on
+
+
+@functools.lru_cache(maxsize=8)
+def replicated(devices: tuple) -> NamedSharding:
+    """The whole array on every one of `devices`."""
+    return NamedSharding(Mesh(np.array(devices, dtype=object), ("devices",)), PartitionSpec())
+
+
+def place(host: np.ndarray, sharding: Any) -> jax.Array:
+    """A global array laid out as `sharding`, from the same host value in every process
+    (each process fills only the shards its devices hold)."""
+    return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+
+def gather(array: jax.Array) -> np.ndarray:
+    """The whole value of a global array on the host (from every process's shards)."""
+    if array.is_fully_addressable:
+        return np.asarray(array)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+
+
+def on_devices(arrays: Sequence[jax.Array], devices: tuple) -> list[jax.Array]:
+    """`arrays`, each laid out over `devices`, on one mesh: data made on one device before
+    SPMD was turned on (or a scalar cached then) is replicated, once; replicated data is
+    re-expressed on the mesh of the program's sharded inputs (no copy: each device keeps
+    its whole value), since jax names a program's output layouts on one mesh."""
+    out = list(arrays)
+    count = len(devices)
+    meshes: dict[int, Any] = {}
+    for k, array in enumerate(out):
+        sharding = array.sharding
+        if type(sharding) is SingleDeviceSharding and count > 1:
+            out[k] = array = jax.device_put(array, replicated(devices))
+            sharding = array.sharding
+        if type(sharding) is NamedSharding and not _whole(sharding):
+            meshes.setdefault(id(sharding.mesh), sharding.mesh)
+    if len(meshes) == 1:
+        (mesh,) = meshes.values()
+        for k, array in enumerate(out):
+            sharding = array.sharding
+            if type(sharding) is NamedSharding and sharding.mesh is not mesh and _whole(sharding):
+                out[k] = jax.device_put(array, NamedSharding(mesh, PartitionSpec()))
+    return out
+
+
+def _whole(sharding: NamedSharding) -> bool:
+    """Whether every device holds the whole array (a spec naming no mesh axis)."""
+    return all(entry is None for entry in sharding.spec)
+
+
+def layout_key(arrays: Sequence[jax.Array]) -> tuple:
+    """What a compiled program's inputs fix beyond shapes: their shardings."""
+    return tuple([a.sharding for a in arrays])
+
+
+def sharding_text(sharding: Any, ndim: int, global_devices: Sequence[Any]) -> str:
+    """PyTorch/XLA's text for `sharding` (XLA's HloSharding with every device id written
+    out as the device's global ordinal): `{replicated}`, `{devices=[2,1]0,1}`,
+    `{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}`, `{manual}`."""
+    hlo = sharding._to_xla_hlo_sharding(ndim)
+    if hlo.is_replicated():
+        return "{replicated}"
+    if hlo.is_manual():
+        return "{manual}"
+    assignment = list(sharding._device_assignment)
+    ordinal = {d: i for i, d in enumerate(global_devices)}
+    if hlo.is_tiled() or hlo.replicate_on_last_tile_dim():
+        dims = list(hlo.tile_assignment_dimensions())
+        ids = [ordinal[assignment[i]] for i in hlo.tile_assignment_devices()]
+        text = f"{{devices=[{','.join(map(str, dims))}]{','.join(map(str, ids))}"
+        if hlo.replicate_on_last_tile_dim():
+            text += " last_tile_dim_replicate"
+        return text + "}"
+    return str(hlo)

@@ -1,0 +1,148 @@
+"""`torch_xla.utils.checkpoint`: gradients equal eager CPU PyTorch's (plain autograd and
+`torch.utils.checkpoint`), the forward really runs again in backward behind an
+optimization barrier, and random ops replay the forward's numbers."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.utils.checkpoint as torch_checkpoint
+
+import torch_xla
+import torch_xla.core.xla_model as xm
+from torch_xla.utils.checkpoint import checkpoint, checkpoint_sequential
+
+TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}  # float32; XLA fuses the small matmuls differently
+REENTRANT = [True, False]
+
+
+@pytest.fixture
+def device():
+    return xm.xla_device()
+
+
+def _block() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(), torch.nn.Linear(8, 4))
+
+
+def _grads(model, x, run):
+    x = x.clone().requires_grad_()
+    out = run(model, x)
+    (out * out).sum().backward()
+    return [t.grad.cpu() for t in (x, *model.parameters())]
+
+
+@pytest.mark.parametrize("use_reentrant", REENTRANT)
+def test_gradients_equal_eager_autograd_and_torch_checkpoint(device, use_reentrant):
+    cpu = _block()
+    x = torch.randn(3, 6)
+    plain = _grads(copy.deepcopy(cpu), x, lambda m, a: m(a))
+    reference = _grads(copy.deepcopy(cpu), x, lambda m, a: torch_checkpoint.checkpoint(
+        m, a, use_reentrant=use_reentrant))
+    ours = _grads(copy.deepcopy(cpu).to(device), x.to(device),
+                  lambda m, a: checkpoint(m, a, use_reentrant=use_reentrant))
+    for got, want, alt in zip(ours, plain, reference, strict=True):
+        torch.testing.assert_close(got, want, **TOLERANCE)
+        torch.testing.assert_close(got, alt, **TOLERANCE)
+
+
+@pytest.mark.parametrize("use_reentrant", REENTRANT)
+def test_backward_runs_the_function_again(device, use_reentrant):
+    model = _block().to(device)
+    calls = []
+
+    def counted(a):
+        calls.append(torch.is_grad_enabled())
+        return model(a)
+
+    out = checkpoint(counted, torch.randn(2, 6, device=device, requires_grad=True),
+                     use_reentrant=use_reentrant)
+    assert len(calls) == 1
+    out.sum().backward()
+    assert len(calls) == 2 and calls[1] is True  # recomputed, with autograd on
+
+
+def test_recomputation_reads_its_inputs_through_an_optimization_barrier(device):
+    model = _block().to(device)
+    x = torch.randn(2, 6, device=device, requires_grad=True)
+    out = checkpoint(model, x, use_reentrant=True)
+    out.sum().backward()
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([out, model[0].weight.grad])
+    assert "opt-barrier" in hlo
+    # two tanh: the forward's and the recomputation's (the barrier keeps them apart)
+    assert hlo.count(" tanh(") == 2, hlo
+
+
+def _dropout_grads(device, use_reentrant, preserve):
+    """Gradient of a checkpointed dropout, and the mask the forward used."""
+    xm.set_rng_state(123)
+    x = torch.ones(64, device=device, requires_grad=True)
+    torch.nn.functional.dropout(x, 0.5)  # a random op before: the sync's seed already exists
+    out = checkpoint(lambda a: torch.nn.functional.dropout(a, 0.5) * 3, x,
+                     use_reentrant=use_reentrant, preserve_rng_state=preserve)
+    out.sum().backward()
+    return x.grad.cpu(), out.detach().cpu()
+
+
+@pytest.mark.parametrize("use_reentrant", REENTRANT)
+def test_dropout_replays_the_forward_mask(device, use_reentrant):
+    grad, out = _dropout_grads(device, use_reentrant, preserve=True)
+    # out = 3 * mask * x / 0.5, so d(sum out)/dx = 6 where the forward kept the element
+    torch.testing.assert_close(grad, torch.where(out != 0, 6.0, 0.0))
+    assert 0 < (out != 0).sum() < 64
+
+
+def test_without_preserve_rng_state_the_recomputation_draws_new_numbers(device):
+    grad, out = _dropout_grads(device, use_reentrant=True, preserve=False)
+    assert not torch.equal(grad != 0, out != 0)
+
+
+def test_dropout_replay_leaves_the_surrounding_random_stream_alone(device):
+    xm.set_rng_state(7)
+    x = torch.ones(32, device=device, requires_grad=True)
+    checkpoint(lambda a: torch.nn.functional.dropout(a, 0.5), x,
+               use_reentrant=False).sum().backward()
+    after = torch.rand(4, device=device).cpu()
+    xm.set_rng_state(7)
+    torch.nn.functional.dropout(torch.ones(32, device=device), 0.5)
+    torch.testing.assert_close(torch.rand(4, device=device).cpu(), after)
+
+
+def test_checkpoint_sequential_equals_eager(device):
+    cpu = _block()
+    x = torch.randn(3, 6)
+    want = _grads(copy.deepcopy(cpu), x, lambda m, a: m(a))
+    got = _grads(copy.deepcopy(cpu).to(device), x.to(device),
+                 lambda m, a: checkpoint_sequential(m, 2, a, use_reentrant=False))
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, **TOLERANCE)
+
+
+def test_use_reentrant_defaults_to_true_with_a_warning(device):
+    x = torch.randn(2, 6, device=device, requires_grad=True)
+    with pytest.warns(UserWarning, match="use_reentrant"):
+        out = checkpoint(_block().to(device), x)
+    assert type(out.grad_fn).__name__ == "CheckpointFunctionBackward"
+
+
+def test_reentrant_rejects_what_only_the_other_variant_supports(device):
+    x = torch.randn(2, 6, device=device, requires_grad=True)
+    with pytest.raises(ValueError, match="Unexpected keyword arguments"):
+        checkpoint(lambda a, scale: a * scale, x, use_reentrant=True, scale=2.0)
+    with pytest.raises(ValueError, match="only supported when use_reentrant=False"):
+        checkpoint(lambda a: a, x, use_reentrant=True, debug=True)
+    out = checkpoint(lambda a, scale: a * scale, x, use_reentrant=False, scale=2.0)
+    torch.testing.assert_close(out.cpu(), x.detach().cpu() * 2)
+
+
+def test_non_reentrant_works_with_autograd_grad(device):
+    cpu = _block()
+    x = torch.randn(3, 6)
+    want = torch.autograd.grad(cpu(x).sum(), [cpu[0].weight])[0]
+    xla = copy.deepcopy(cpu).to(device)
+    out = checkpoint(xla, x.to(device), use_reentrant=False)
+    got = torch.autograd.grad(out.sum(), [xla[0].weight])[0]
+    torch.testing.assert_close(got.cpu(), want, **TOLERANCE)
