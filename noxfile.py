@@ -28,7 +28,8 @@ JAX = ["jax==0.10.2", "jaxlib==0.10.2"]
 PLUGINS = ["cpu", "tpu", "cuda", "neuron", "template"]
 # Test extras of our packages (installed with the package). The core's brings what its
 # tests need beyond pytest (expecttest; graphviz-pure, the `dot` that renders the dot
-# dumps): nothing comes from the machine, so CI (`.ci/run`) installs nothing itself.
+# dumps; pytest-xdist, which runs every session's tests in workers()): nothing comes from
+# the machine, so CI (`.ci/run`) installs nothing itself.
 EXTRAS = {"core": "[test]"}
 # Extra requirements a plugin's tests need beyond its own dependencies.
 # The Neuron tests stand a real PJRT CPU library in for libneuronxla's.
@@ -61,13 +62,27 @@ def install(session: nox.Session, *packages: str) -> None:
     session.install(*(arg for p in packages for arg in ("-e", f"packages/{p}{EXTRAS.get(p, '')}")))
 
 
-def pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None) -> None:
+def workers() -> int:
+    """Test processes for a session: TORCH_XLA_TEST_WORKERS, else one per core, at most 4
+    (each holds torch and a jax client; most tests start fresh Pythons of their own)."""
+    if os.environ.get("TORCH_XLA_TEST_WORKERS"):
+        return int(os.environ["TORCH_XLA_TEST_WORKERS"])
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return min(cores or 1, 4)
+
+
+def pytest(session: nox.Session, *paths: str, env: dict[str, str] | None = None,
+           parallel: bool = True) -> None:
+    """pytest on `paths`; `parallel`: in workers() pytest-xdist processes (the core's [test]
+    extra), each test file whole on one worker (--dist loadfile: a file's module fixtures
+    run once and its tests in order). One worker (or `-- -n 0`) runs in this process."""
     report = []
     if os.environ.get("TORCH_XLA_JUNIT_DIR"):  # CI sums these into one closing line
         report = [f"--junitxml={os.environ['TORCH_XLA_JUNIT_DIR']}/{session.name}.xml"]
+    xdist = ["-n", str(workers()), "--dist", "loadfile"] if parallel and workers() > 1 else []
     session.run(
-        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *report, *paths, *session.posargs,
-        env=env,
+        "python", "-m", "pytest", "-q", "-p", "no:cacheprovider", *xdist, *report, *paths,
+        *session.posargs, env=env,
     )
 
 
@@ -105,7 +120,8 @@ def conformance(session: nox.Session, plugin: str) -> None:
     env = {"PJRT_DEVICE": plugin}
     if plugin == "cpu":  # two CPU devices, so the kit's collectives run across processes
         env["CPU_NUM_DEVICES"] = "2"
-    pytest(session, "--pyargs", "torch_xla.testing.conformance", env=env)
+    # One process: a real device is opened by one process at a time.
+    pytest(session, "--pyargs", "torch_xla.testing.conformance", env=env, parallel=False)
 
 
 @nox.session(python=PYTHONS, tags=["tests"])

@@ -10,7 +10,21 @@ import textwrap
 import pytest
 import torch
 
+import torch_xla
 from torch_xla.plugins import registry
+
+
+@pytest.fixture(scope="session", autouse=True)
+def client_started_first():
+    """Each test process starts the PJRT client (the CPU plugin's) before its first test.
+
+    The CPU plugin sets jax's CPU device count, which jax accepts only before its first
+    operation, and the lowering tests run jax directly. In one process the engine tests
+    (collected first) always started the client before them; with pytest-xdist a worker
+    can get lowering files first, so every process starts it here, whatever its files.
+    A test that needs a process without a client runs Python in a subprocess (run_python).
+    """
+    torch_xla.device()
 
 
 @pytest.fixture
