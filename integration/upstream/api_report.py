@@ -46,21 +46,24 @@ TPU_ONLY = "TPU-only, comes from torch-xla-tpu"
 NOT_BUILT = "not built yet: "
 REASONS: dict[str | tuple[str, str], str] = {
     # whole modules
-    "torch_xla.distributed.spmd": ISSUE_11,
+    "torch_xla.distributed.spmd": NOT_BUILT + "(issue 11) manual sharding "
+    "(`enable_manual_sharding` & co), `shard_as`, `annotate_custom_sharding`, auto-sharding "
+    "policies, DTensor's `xla_distribute_module`/`xla_distribute_tensor`",
     "torch_xla.experimental.spmd_fully_sharded_data_parallel": ISSUE_11 + " (FSDP v2 over SPMD)",
     "torch_xla._dynamo": ISSUE_12,
     "torch_xla.core.dynamo_bridge": ISSUE_12,
     "torch_xla.experimental.custom_kernel": TPU_ONLY + " (Pallas TPU kernels: flash, paged and "
     "ragged attention, grouped matmul, int8 matmul)",
     "torch_xla.distributed.data_parallel": NOT_BUILT + "thread-per-device `DataParallel`",
-    "torch_xla.distributed.fsdp": NOT_BUILT + "FSDP (`XlaFullyShardedDataParallel`, wrap "
-    "policies, checkpoint consolidation)",
-    "torch_xla.experimental.gradient_accumulation": NOT_BUILT + "gradient accumulation "
-    "compiled as one XLA While loop",
+    "torch_xla.distributed.fsdp": NOT_BUILT + "FSDP v1 (`XlaFullyShardedDataParallel` and "
+    "its checkpoint consolidation); `torch_xla.distributed.fsdp.wrap`'s auto-wrap policies "
+    "exist (FSDPv2 uses them)",
+    "torch_xla.experimental.gradient_accumulation": "upstream's helper that builds the While "
+    "loop with its C++ XLA builder; here the loop is a jax `fori_loop` (lazy/loop.py)",
     "torch_xla.stablehlo": NOT_BUILT + "export of a `torch.export` program to a StableHLO "
     "bundle (`xm.get_stablehlo()` gives a pending graph's StableHLO text)",
-    "torch_xla.utils.checkpoint": NOT_BUILT + "activation checkpointing with optimization "
-    "barriers",
+    "torch_xla.utils.checkpoint": "upstream's recomputation bookkeeping and CUDA "
+    "device-state helpers; here the RNG replay saves the device RNG position itself",
     # torch_xla
     ("torch_xla", "eager_mode"): "upstream binds it here only when XLA_USE_EAGER_DEBUG_MODE=1 "
     "(an import-time side effect); `torch_xla.experimental.eager_mode` is the API",
@@ -69,8 +72,7 @@ REASONS: dict[str | tuple[str, str], str] = {
     "(`torch_xla.stablehlo`)",
     # torch_xla._XLAC: SPMD
     **{("torch_xla._XLAC", n): ISSUE_11 for n in (
-        "OpSharding", "_get_xla_sharding_spec", "_get_xla_sharding_type",
-        "_global_tensor_from_cpu_shards", "_spmd_full_to_shard_shape",
+        "OpSharding", "_spmd_full_to_shard_shape",
         "_spmd_shard_to_full_shape", "_xla_get_auto_sharding", "_xla_spmd_all_reduce",
         "_xla_spmd_reduce_scatter")},
     # torch_xla._XLAC: what the dynamo bridge and buffer donation use
@@ -97,8 +99,6 @@ REASONS: dict[str | tuple[str, str], str] = {
     "for another's in place",
     ("torch_xla._XLAC", "_set_xla_custom_op_name_prefix"): NOT_BUILT + "custom op-name "
     "metadata on HLO instructions",
-    ("torch_xla._XLAC", "_xla_get_runtime_devices"): NOT_BUILT + "the process's addressable "
-    "runtime devices (`TYPE:K`); SPMD tests use it (issue 11)",
     ("torch_xla._XLAC", "_xla_set_mat_mul_precision"): NOT_BUILT + "the `_XLAC` entry point; "
     "`torch_xla.backends.set_mat_mul_precision` does it",
     ("torch_xla._XLAC", "_xla_tensors_from_aten"): NOT_BUILT + "bulk CPU-to-device copy entry "
@@ -148,9 +148,6 @@ REASONS: dict[str | tuple[str, str], str] = {
     ("torch_xla.distributed.xla_multiprocessing", "device_kind_handler_dict"): TPU_ONLY
     + " (replica-group orders for TPU v5p/v6e topologies)",
     # torch_xla.runtime, torch_xla.utils
-    ("torch_xla.runtime", "use_spmd"): ISSUE_11,
-    ("torch_xla.utils.utils", "check_env_flag"): NOT_BUILT + "boolean environment flag "
-    "helper",
 }
 
 

@@ -116,6 +116,13 @@ def _xla_num_runtime_devices() -> int:
     return len(client().devices)
 
 
+def _xla_get_runtime_devices() -> list[str]:
+    """Runtime names of the devices this process drives (in SPMD mode too)."""
+    from torch_xla.pjrt.client import client
+
+    return [_runtime_name(d) for d in client().devices]
+
+
 def _xla_get_all_runtime_devices() -> list[str]:
     """Runtime names of every device of the job (in SPMD mode too)."""
     from torch_xla.pjrt.client import client

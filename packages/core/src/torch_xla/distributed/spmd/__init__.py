@@ -19,16 +19,21 @@ from torch_xla.distributed.spmd.xla_sharded_tensor import XLAShard, XLAShardedTe
 from torch_xla.distributed.spmd.xla_sharding import (
     MarkShardingFunction,
     ShardingSpec,
+    XLAPatchedLinear,
+    apply_backward_optimization_barrier,
     clear_sharding,
     mark_sharding,
     mark_sharding_with_gradients,
     unwrap_sharded_tensor,
     wrap_as_sharded_tensor,
     wrap_if_sharded,
+    xla_patched_nn_linear_forward,
 )
 
 __all__ = ["HybridMesh", "MarkShardingFunction", "Mesh", "ShardingSpec", "ShardingType",
-           "XLAShard", "XLAShardedTensor", "clear_sharding", "get_1d_mesh", "get_global_mesh",
+           "XLAPatchedLinear", "XLAShard", "XLAShardedTensor",
+           "apply_backward_optimization_barrier", "clear_sharding", "get_1d_mesh",
+           "get_global_mesh",
            "mark_sharding", "mark_sharding_with_gradients", "set_global_mesh",
            "unwrap_sharded_tensor", "visualize_sharding", "visualize_tensor_sharding",
-           "wrap_as_sharded_tensor", "wrap_if_sharded"]
+           "wrap_as_sharded_tensor", "wrap_if_sharded", "xla_patched_nn_linear_forward"]
