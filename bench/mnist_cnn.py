@@ -1,17 +1,16 @@
-"""MNIST CNN, batch 128, SGD with momentum: eager CPU vs torch-xla vs the same step in JAX.
+"""MNIST CNN, batch 128, SGD with momentum: eager CPU, torch-xla lazy, torch-xla under
+`torch.compile(backend='openxla')`, and the same step in JAX.
 
-python bench/mnist_cnn.py [--steps 30]
+    python bench/mnist_cnn.py [--steps 10] [--windows 5] [--json PATH]
 """
 
 from __future__ import annotations
-
-import argparse
 
 import jax
 import jax.numpy as jnp
 import torch
 import torch.nn.functional as F
-from common import measure_torch, report, steps_per_second
+from common import Mode, finish, measure_modes, parse_args, train_step
 
 import torch_xla.core.xla_model  # noqa: F401 - before any backward: autograd sizes its device queues
 from torch_xla.testing.models import MNIST
@@ -19,10 +18,12 @@ from torch_xla.testing.models import MNIST
 BATCH, LR, MOMENTUM = 128, 0.01, 0.5
 
 
+def loss_of(model, x, y):
+    return F.nll_loss(model(x), y)
+
+
 def torch_step(model, opt, x, y):
-    opt.zero_grad()
-    F.nll_loss(model(x), y).backward()
-    opt.step()
+    return train_step(lambda a, b: loss_of(model, a, b), opt, x, y)
 
 
 # --- the same step, written directly in JAX --------------------------------------------
@@ -70,17 +71,19 @@ def jax_step(params, velocity, x, y):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=30)
-    steps = parser.parse_args().steps
+    args = parse_args()
     torch.manual_seed(0)
     x, y = torch.randn(BATCH, 1, 28, 28), torch.randint(0, 10, (BATCH,))
     base = MNIST()
-
-    eager_sps, xla_sps, host = measure_torch(
-        base, lambda ps: torch.optim.SGD(ps, lr=LR, momentum=MOMENTUM), torch_step, x, y, steps
+    figures = measure_modes(
+        "mnist_cnn b128 sgd-momentum", base,
+        lambda ps: torch.optim.SGD(ps, lr=LR, momentum=MOMENTUM), loss_of, x, y,
+        lambda: floor_mode(base, x, y), args.steps, args.windows,
     )
+    finish(figures, args.json)
 
+
+def floor_mode(base, x, y) -> Mode:
     params = {k: jnp.asarray(v.detach().numpy()) for k, v in base.named_parameters()}
     state = [params, jax.tree.map(jnp.zeros_like, params)]
     jx, jy = jnp.asarray(x.numpy()), jnp.asarray(y.numpy())
@@ -88,8 +91,7 @@ def main() -> None:
     def floor_step():
         state[:] = jax_step(state[0], state[1], jx, jy)
 
-    floor_sps = steps_per_second(floor_step, lambda: jax.block_until_ready(state), 3, steps)
-    report("mnist_cnn b128 sgd-momentum", eager_sps, xla_sps, floor_sps, host)
+    return Mode(floor_step, lambda: jax.block_until_ready(state))
 
 
 if __name__ == "__main__":

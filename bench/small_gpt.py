@@ -1,19 +1,18 @@
-"""Small GPT (2 layers, d=128, 4 heads, T=64, batch 16), AdamW: eager CPU vs torch-xla vs
-the same step in JAX.
+"""Small GPT (2 layers, d=128, 4 heads, T=64, batch 16), AdamW: eager CPU, torch-xla lazy,
+torch-xla under `torch.compile(backend='openxla')`, and the same step in JAX.
 
-    python bench/small_gpt.py [--steps 30]
+    python bench/small_gpt.py [--steps 10] [--windows 5] [--json PATH]
 """
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import jax
 import jax.numpy as jnp
 import torch
 import torch.nn.functional as F
-from common import measure_torch, report, steps_per_second
+from common import Mode, finish, measure_modes, parse_args, train_step
 from torch import nn
 
 import torch_xla.core.xla_model  # noqa: F401 - before any backward: autograd sizes its device queues
@@ -55,10 +54,12 @@ class GPT(nn.Module):
         return self.head(self.ln(x))
 
 
+def loss_of(model, x, y):
+    return F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1))
+
+
 def torch_step(model, opt, x, y):
-    opt.zero_grad()
-    F.cross_entropy(model(x).reshape(-1, VOCAB), y.reshape(-1)).backward()
-    opt.step()
+    return train_step(lambda a, b: loss_of(model, a, b), opt, x, y)
 
 
 # --- the same step, written directly in JAX --------------------------------------------
@@ -111,18 +112,20 @@ def jax_step(params, m, v, step, idx, targets):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--steps", type=int, default=30)
-    steps = parser.parse_args().steps
+    args = parse_args()
     torch.manual_seed(0)
     tokens = torch.randint(0, VOCAB, (BATCH, T + 1))
     x, y = tokens[:, :-1], tokens[:, 1:]
     base = GPT()
-
-    eager_sps, xla_sps, host = measure_torch(
-        base, lambda ps: torch.optim.AdamW(ps, lr=LR, weight_decay=WD), torch_step, x, y, steps
+    figures = measure_modes(
+        "small_gpt 2x128 T64 b16 adamw", base,
+        lambda ps: torch.optim.AdamW(ps, lr=LR, weight_decay=WD), loss_of, x, y,
+        lambda: floor_mode(base, x, y), args.steps, args.windows,
     )
+    finish(figures, args.json)
 
+
+def floor_mode(base, x, y) -> Mode:
     params = {k: jnp.asarray(p.detach().numpy()) for k, p in base.named_parameters()}
     zeros = jax.tree.map(jnp.zeros_like, params)
     state = [params, zeros, zeros, jnp.zeros((), jnp.float32)]
@@ -131,8 +134,7 @@ def main() -> None:
     def floor_step():
         state[:] = jax_step(*state, jx, jy)
 
-    floor_sps = steps_per_second(floor_step, lambda: jax.block_until_ready(state), 3, steps)
-    report("small_gpt 2x128 T64 b16 adamw", eager_sps, xla_sps, floor_sps, host)
+    return Mode(floor_step, lambda: jax.block_until_ready(state))
 
 
 if __name__ == "__main__":
