@@ -46,8 +46,7 @@ TPU_ONLY = "TPU-only, comes from torch-xla-tpu"
 NOT_BUILT = "not built yet: "
 REASONS: dict[str | tuple[str, str], str] = {
     # whole modules
-    "torch_xla.distributed.spmd": NOT_BUILT + "(issue 11) manual sharding "
-    "(`enable_manual_sharding` & co), `shard_as`, `annotate_custom_sharding`, auto-sharding "
+    "torch_xla.distributed.spmd": NOT_BUILT + "(issue 11) `shard_as`, `annotate_custom_sharding`, auto-sharding "
     "policies, DTensor's `xla_distribute_module`/`xla_distribute_tensor`",
     "torch_xla.experimental.spmd_fully_sharded_data_parallel": ISSUE_11 + " (FSDP v2 over SPMD)",
     "torch_xla._dynamo": ISSUE_12,
@@ -72,8 +71,7 @@ REASONS: dict[str | tuple[str, str], str] = {
     "(`torch_xla.stablehlo`)",
     # torch_xla._XLAC: SPMD
     **{("torch_xla._XLAC", n): ISSUE_11 for n in (
-        "OpSharding", "_spmd_full_to_shard_shape",
-        "_spmd_shard_to_full_shape", "_xla_get_auto_sharding", "_xla_spmd_all_reduce",
+        "_xla_get_auto_sharding", "_xla_spmd_all_reduce",
         "_xla_spmd_reduce_scatter")},
     # torch_xla._XLAC: what the dynamo bridge and buffer donation use
     **{("torch_xla._XLAC", n): ISSUE_12 + ": used by the dynamo bridge" for n in (

@@ -50,6 +50,15 @@ def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 12
     )
 
 
+def run_spmd(code: str, devices: int = 4) -> str:
+    """Run `code` in a fresh SPMD process over `devices` CPU devices; its stdout (the
+    process must succeed: its output is the failure message otherwise)."""
+    done = run_python(code, env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": str(devices)},
+                      timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
 def small_mlp() -> torch.nn.Module:
     """The seeded 6-8-3 tanh MLP the optimizer tests train (equal weights on every call)."""
     torch.manual_seed(0)

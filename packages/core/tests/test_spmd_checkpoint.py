@@ -10,7 +10,7 @@ another order); a reload must give the saved values exactly.
 
 from __future__ import annotations
 
-from conftest import run_python
+import conftest
 
 PRELUDE = """
 import tempfile
@@ -36,10 +36,7 @@ def spec(t):
 
 
 def run_spmd(body: str) -> str:
-    done = run_python(PRELUDE + body, env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4"},
-                      timeout=300)
-    assert done.returncode == 0, done.stdout + done.stderr
-    return done.stdout
+    return conftest.run_spmd(PRELUDE + body)
 
 
 def test_model_and_optimizer_reload_onto_another_mesh_and_into_cpu():

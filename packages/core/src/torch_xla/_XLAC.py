@@ -274,6 +274,41 @@ def _xla_clear_sharding(tensor: Any) -> None:
     sharding.clear(_sharded_engine_tensor(tensor))
 
 
+def OpSharding(tile_assignment: list, group_assignment: list, replication_groups: list,
+               sharding_type: int) -> Any:
+    """The sharding PyTorch/XLA's `xla::OpSharding` constructor names, as what
+    `Mesh.get_op_sharding` returns here (`{manual}` for ShardingType.MANUAL)."""
+    from torch_xla.distributed.spmd import xla_sharding
+
+    return xla_sharding.op_sharding(tile_assignment, group_assignment, replication_groups,
+                                    sharding_type)
+
+
+def _mark_manual_sharding(tensor: Any, sharding: Any = None) -> None:
+    """Annotate a computed (not device data) tensor as a value of a manual region."""
+    from torch_xla.distributed.spmd import xla_sharding
+
+    xla_sharding.check_manual(sharding, "_mark_manual_sharding")
+    xla_sharding.mark_manual(tensor)
+
+
+def _spmd_full_to_shard_shape(tensor: Any) -> Any:
+    """Each device's shard of the sharded `tensor`, a new tensor sharded `{manual}`."""
+    from torch_xla.lazy import functional, manual
+
+    return functional.wrap(manual.full_to_shard(_sharded_engine_tensor(tensor)))
+
+
+def _spmd_shard_to_full_shape(tensor: Any, sharding: Any, output_shape: Any,
+                              output_dtype: Any) -> Any:
+    """The global tensor of `output_shape` laid out as `sharding` from the manual `tensor`
+    (one shard per device)."""
+    from torch_xla.lazy import functional, manual
+
+    return functional.wrap(manual.shard_to_full(_sharded_engine_tensor(tensor), sharding,
+                                                tuple(output_shape), output_dtype))
+
+
 def _get_local_shards(tensors: list) -> list[list[tuple[Any, str]]]:
     """Per tensor, (host copy, runtime device) of each tile on this process's devices."""
     from torch_xla.distributed.spmd import xla_sharded_tensor
@@ -437,25 +472,52 @@ def _get_xla_tensors_text(tensors: list) -> str:
 
 def _get_xla_tensor_debug_info(tensor: Any) -> str:
     """What the engine holds for one tensor, in PyTorch/XLA's layout: its IR node while
-    pending, its device data (`Data Shape: f32[16]`) once computed."""
+    pending, its device data (`Data Shape: f32[16]`) once computed; in SPMD mode on the
+    virtual device `SPMD:0`, data shown as `XLAShardedData` with its sharding. The engine
+    never keeps a tensor's value on the host, so `Tensor on host` is always None."""
     import torch
 
-    from torch_xla.lazy import dump, functional
+    from torch_xla.lazy import dump, functional, sharding
 
     if not isinstance(tensor, torch.Tensor) or tensor.device.type != "xla":
         return "Not a XLATensor\n"
     inner = functional.unwrap(tensor)
     node, index = inner.value
     aval = node.avals[index]
-    lines = ["XLATensor {", f"TensorID: {id(inner)}", f"Device: {_runtime_name_of(node.device)}",
-             f"XLA Shape: {dump.xla_type(aval)}", "ShardingSpec: None"]
+    device = _debug_device_name(node.device)
+    lines = ["XLATensor {", f"TensorID: {id(inner)}", f"Device: {device}",
+             f"XLA Shape: {dump.xla_type(aval)}",
+             f"ShardingSpec: {sharding.spec(inner) or 'None'}"]
     if node.rule is None:
-        lines += ["IR: None", "XLAData: ", f"  Data Device: {_runtime_name_of(node.device)}",
-                  f"  Data Shape: {dump.xla_type(aval)}", f"  Data Handle: {id(node.array)}"]
+        lines += ["IR: None", *_data_debug_lines(node, dump.xla_type(aval), device)]
     else:
         lines += [f"IR: {dump.op_name(node.op)} output {index}", "XLAData: None"]
     lines += ["Tensor on host: None", "}"]
     return "\n".join(lines) + "\n"
+
+
+def _debug_device_name(index: int) -> str:
+    """The device a tensor is on as PyTorch/XLA names it: `SPMD:0` (the virtual device)
+    in SPMD mode, else the runtime device."""
+    from torch_xla.pjrt import spmd
+
+    return "SPMD:0" if spmd.enabled() else _runtime_name_of(index)
+
+
+def _data_debug_lines(node: Any, shape_text: str, device: str) -> list[str]:
+    """PyTorch/XLA's lines for a tensor's device data: `XLAShardedData` with the layout
+    (the annotation for uneven tiles) and the number of devices holding it, in SPMD mode."""
+    from torch_xla.lazy import sharding
+    from torch_xla.pjrt import spmd
+    from torch_xla.pjrt.client import client
+
+    if not spmd.enabled():
+        return ["XLAData: ", f"  Data Device: {device}", f"  Data Shape: {shape_text}",
+                f"  Data Handle: {id(node.array)}"]
+    laid_out = sharding.data_layout(node) or node.array.sharding
+    text = spmd.sharding_text(laid_out, node.array.ndim, client().global_devices)
+    return ["XLAShardedData: ", f"  Data Device: {device}", f"  Data Shape: {shape_text}",
+            f"  OpSharding: {text}", f"  NumShards: {len(node.array.sharding.device_set)}"]
 
 
 def _runtime_name_of(index: int) -> str:
@@ -469,14 +531,15 @@ def _lowered(tensors: list) -> Any:
     is lowered as the replicated program of as many replicas as they name."""
     import jax
 
-    from torch_xla.lazy import compiler, replicas
+    from torch_xla.lazy import compiler, manual, replicas
 
     order, position, leaves, values = _pending_graph(tensors)
     fn = compiler.graph_function(order, position, leaves, values)
     args = [leaf.array for leaf in leaves]
     world = _collective_world(order)
     if world is None:
-        return jax.jit(fn).lower(*args)
+        with manual.partitioner(order):
+            return jax.jit(fn).lower(*args)
     return replicas.lower_view(fn, args, [n.avals[i] for n, i in values], world)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from torch.utils.checkpoint import checkpoint
 
@@ -83,3 +84,20 @@ def test_checkpointed_backward_and_autograd_grad(device):
     for key in [("cpu", True), ("cpu", False), ("cpu", "grad")]:
         for actual, expected in zip(results[str(device), key[1]], results[key], strict=True):
             torch.testing.assert_close(actual, expected)
+
+
+def test_cross_entropy_takes_float_class_targets_as_pytorch_xla_does(device):
+    """PyTorch/XLA's nll_loss reads a floating target as class indices (CPU PyTorch
+    refuses it); the loss and gradient equal CPU PyTorch's with the indices as int64."""
+    torch.manual_seed(0)
+    logits = torch.randn(6, 5, requires_grad=True)
+    target = torch.tensor([0.0, 4.0, 2.0, 1.0, 3.0, 2.0])
+    with pytest.raises(RuntimeError, match="Long"):
+        torch.nn.functional.cross_entropy(logits, target)
+    expected = torch.nn.functional.cross_entropy(logits, target.long())
+    expected.backward()
+    xla_logits = logits.detach().to(device).requires_grad_()
+    loss = torch.nn.functional.cross_entropy(xla_logits, target.to(device))
+    loss.backward()
+    torch.testing.assert_close(loss.cpu(), expected.detach())
+    torch.testing.assert_close(xla_logits.grad.cpu(), logits.grad)

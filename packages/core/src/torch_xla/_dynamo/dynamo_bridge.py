@@ -229,6 +229,7 @@ class _Inputs:
             holder = claimed.setdefault(id(inner._node), args[i])
             if holder is not args[i]:  # two arguments, one buffer: two leaves
                 node = inner._node
+                node.owned = False  # two leaves share the buffer: neither may donate it
                 inner._set(ir.Data(node.array, node.avals[0], node.device))
                 claimed[id(inner._node)] = args[i]
             self.before[i] = inner.value

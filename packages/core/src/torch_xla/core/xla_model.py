@@ -711,6 +711,13 @@ def send_cpu_data_to_device(datas: Any, device: torch.device | str,
 def _sharded_copy(t: torch.Tensor, device: torch.device | str, spec: Any) -> torch.Tensor:
     if t.device.type != "cpu" or not spec.can_apply(t):
         return t.to(device) if t.device.type == "cpu" else t
+    if spec.minibatch and t.dim() and t.shape[0] % xr.addressable_runtime_device_count():
+        count = xr.addressable_runtime_device_count()
+        raise RuntimeError(
+            "When minibatch is configured, the per-host batch size must be divisible by local "
+            f"runtime device count. Per host input data shape = {list(t.shape)}, "
+            f"local_runtime_device_count = {count}. Give each process a batch that is a "
+            f"multiple of {count}, or leave minibatch off to load the whole batch everywhere.")
     return functional.wrap(sharding.from_host(t, spec.sharding(), device_index(device),
                                               local=bool(spec.minibatch)))
 

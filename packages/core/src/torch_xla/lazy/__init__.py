@@ -8,6 +8,7 @@ Modules, bottom-up (each imports only those above it in this list):
   nodes         building values: device data, engine nodes, lifted scalars
   functional    the functionalization wrapper users hold
   sharding      SPMD layouts of tensors: resharded data, sharding constraints, tiles
+  manual        manual-sharding regions of SPMD programs (shards in, global tensor out)
   rng           the device RNG state and the key each random op records
   rewrites      in-place and _foreach_ ops rewritten into others
   dump          XLA_SAVE_TENSORS_FILE, XLA_METRICS_FILE, the *_OPBYOP switches

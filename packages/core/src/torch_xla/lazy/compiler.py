@@ -18,7 +18,7 @@ from typing import Any
 import jax
 
 from torch_xla import _metrics
-from torch_xla.lazy import dtype_policy, ir, replicas
+from torch_xla.lazy import dtype_policy, ir, manual, replicas
 from torch_xla.lowering import policy
 from torch_xla.pjrt import spmd
 from torch_xla.pjrt.client import TRACE_EXECUTE, client
@@ -207,11 +207,13 @@ def graph_function(order: list, position: dict, leaves: list, values: list) -> C
 
 
 def compile(device: int, order: list, position: dict, leaves: list, values: list,
-            arrays: list | None = None, eager: bool = False, out_shardings: Any = None
-            ) -> Program:
+            arrays: list | None = None, eager: bool = False, out_shardings: Any = None,
+            donate: tuple[int, ...] = ()) -> Program:
     """Compile the graph computing `values` (its nodes in post-`order`) on `device`, for
     the leaves' `arrays` (default: the leaves' own); `eager`: the graph is one op of eager
-    mode; `out_shardings`: the results' layouts (SPMD), else the partitioner's choice."""
+    mode; `out_shardings`: the results' layouts (SPMD), else the partitioner's choice;
+    `donate`: the positions of the leaves whose buffers the program takes over (XLA
+    writes outputs of their shape and dtype into them; not for replicated programs)."""
     graph_fn = graph_function(order, position, leaves, values)
     args = [leaf.array for leaf in leaves] if arrays is None else arrays
     if any(getattr(n.rule, "collective", False) for n in order):
@@ -219,16 +221,18 @@ def compile(device: int, order: list, position: dict, leaves: list, values: list
         # One program for every replica: its name leaves out which device recorded it.
         fingerprint = stable_key(device, order, position, values, replica=True)
         return Program(replicas.compile(graph_fn, args, out_avals, fingerprint), replicated=True)
-    fingerprint = stable_key(device, order, position, values, arrays=args)
-    return Program(client().compile(fingerprint, graph_fn, *args, eager=eager,
-                                    out_shardings=out_shardings))
+    fingerprint = stable_key(device, order, position, values, arrays=args, donate=donate)
+    with manual.partitioner(order):  # GSPMD for a manual-sharding region
+        return Program(client().compile(fingerprint, graph_fn, *args, eager=eager,
+                                        out_shardings=out_shardings, donate=donate))
 
 
 def stable_key(device: int, order, position, values, replica: bool = False,
-               arrays: list | None = None) -> str:
+               arrays: list | None = None, donate: tuple[int, ...] = ()) -> str:
     """A process-independent name for the persistent compilation cache; with `replica`,
     the same on every replica device (factories' `device=xla:N` arguments left out).
-    In SPMD mode the inputs' layouts (over how many devices) are part of the name."""
+    In SPMD mode the inputs' layouts (over how many devices) are part of the name, and
+    the donated inputs' positions whenever there are some."""
     text = [f"graph-abi-{GRAPH_ABI}", client().name, "replica" if replica else str(device),
             str(client().device(device).device_kind),
             # what else changes the lowering: storage types and the plugin's policies
@@ -238,6 +242,8 @@ def stable_key(device: int, order, position, values, replica: bool = False,
         refs = [(position[id(c)], i) for c, i in n.inputs]
         text.append(f"{n.op}|{n.template!r}|{refs}|{n.avals}|{getattr(n.rule, '__qualname__', '')}")
     text.append(repr([(position[id(n)], i) for n, i in values]))
+    if donate:
+        text.append(f"donated inputs {list(donate)}")
     if spmd.enabled():
         devices = client().global_devices
         text.append(f"spmd over {len(devices)}: " + ";".join(

@@ -8,14 +8,27 @@ Only a miss goes to `compiler.py`.
 
 Metrics, as PyTorch/XLA records them: `UncachedCompile`/`CachedCompile` per
 execution, `TensorsGraphSize` (nodes) and `InputOutputAliasCount` (donated
-inputs: none yet) per compiled graph, `DeviceLockWait` for the device's lock,
+inputs) per compiled graph, `DeviceLockWait` for the device's lock,
 `UnwrapXlaData`/`WrapXlaData` around taking the input buffers and wrapping
 the results. `execute(..., eager=True)` runs one op of eager mode (`eager.py`),
 timed as `EagerOpCompileTime`/`EagerOpExecuteTime` instead.
+
+Donation (PyTorch/XLA's parameter aliasing, XLA_ENABLE_PARAM_ALIASING, on unless "0"):
+a sync gives a program the buffer of an input leaf that nothing can read afterwards, so
+XLA writes an output of the same shape and dtype into it (a parameter updated in place
+does not exist twice). `_donations` proves that no one else can read the leaf: it is
+the only leaf holding its array (`ir.Data.owned`, a program's fresh result) and every
+reference to it, and to each node above it in the graph, comes from the graph itself or
+from the tensors this sync sets to their results (Python reference counts, so a tensor,
+a view's storage, a node of other pending IR, a saved tensor or a cache holding it rules
+it out). Only plain syncs donate: not eager mode, op-by-op runs, SPMD (global arrays) or
+replicated programs. The donated leaf positions are part of the program key.
 """
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -45,6 +58,14 @@ _LOCK_WAIT = _metrics.metric("DeviceLockWait")
 _UNWRAP = _metrics.metric("UnwrapXlaData")
 _WRAP = _metrics.metric("WrapXlaData")
 _EXECUTE_REPLICATED = _metrics.counter("ExecuteReplicated")
+
+# PyTorch/XLA's switch for donating the buffers of tensors a sync overwrites.
+PARAM_ALIASING_VARIABLE = "XLA_ENABLE_PARAM_ALIASING"
+
+
+def param_aliasing() -> bool:
+    """Donation is on unless XLA_ENABLE_PARAM_ALIASING is "0" (read at every sync)."""
+    return os.environ.get(PARAM_ALIASING_VARIABLE, "1") != "0"
 
 
 def mark_step() -> None:
@@ -100,7 +121,14 @@ def compute_pending(data: Any) -> None:
 
 def wait_device_ops() -> None:
     for results in list(_in_flight.values()):
-        jax.block_until_ready(results)
+        for array in results:
+            if array.is_deleted():  # donated to a later program, which it ran before
+                continue
+            try:
+                array.block_until_ready()
+            except jax.errors.JaxRuntimeError:
+                if not array.is_deleted():  # donated meanwhile by another thread
+                    raise
     _in_flight.clear()
 
 
@@ -143,26 +171,33 @@ def _run(device: int, tensors: list[XLATensor], op_by_op: bool = False) -> None:
     seen: dict[tuple[int, int], int] = {}
     outputs_of: list[int] = []  # tensor i receives output outputs_of[i]
     for t in tensors:
-        v = (t._node, t._index)
-        k = (id(v[0]), v[1])
+        k = (id(t._node), t._index)
         if k not in seen:
             seen[k] = len(values)
-            values.append(v)
+            values.append((t._node, t._index))
         outputs_of.append(seen[k])
-    datas = _execute_op_by_op(device, values) if op_by_op else execute(device, values)
+    if op_by_op:
+        datas = _execute_op_by_op(device, values)
+    else:
+        datas = execute(device, values, synced=tensors)
     for t, j in zip(tensors, outputs_of, strict=False):
         t._set(datas[j])
 
 
-def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False
-            ) -> list[ir.Data]:
+def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False,
+            synced: list[XLATensor] | None = None) -> list[ir.Data]:
     """Compile (or find) the graph computing `values` and run it; its results as data.
 
     `eager`: the graph is one op of eager mode (its metrics are the `EagerOp*` ones).
+    `synced`: the tensors that receive the results (the caller sets each to its value
+    right after), which lets the graph take over buffers nothing else can read (donation).
     In SPMD mode the inputs are global arrays and their layouts are part of the key."""
     order, position, leaves, shared = walk(values)
-    key = (device, tuple([(n.hash, i) for n, i in values]), tuple(shared))
     laid_out = spmd.enabled()
+    donate = ()
+    if synced is not None and not eager and not laid_out and param_aliasing():
+        donate = _donations(order, leaves, values, synced)
+    key = (device, tuple([(n.hash, i) for n, i in values]), tuple(shared), donate)
     with _device_lock(device):
         start = time.perf_counter()
         arrays = [leaf.array for leaf in leaves]
@@ -170,8 +205,9 @@ def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False
             arrays = _on_every_device(leaves, arrays)
             key += spmd.layout_key(arrays)
         _UNWRAP.add(time.perf_counter() - start)
-        program = _program(key, device, order, position, leaves, arrays, values, eager)
+        program = _program(key, device, order, position, leaves, arrays, values, eager, donate)
         results = run_program(device, program, arrays, eager)
+        del arrays  # a donated buffer is gone: keep no handle on it
     if laid_out:
         _EXECUTE_REPLICATED.value += 1
     if dump.SAVE_FILE:
@@ -179,11 +215,82 @@ def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False
                         replicas.dump_ordinal(device))
     start = time.perf_counter()
     datas = [
-        ir.Data(array, n.avals[i], device, laid_out)
+        ir.Data(array, n.avals[i], device, laid_out and sharding.output_mark(n, array),
+                owned=not laid_out)
         for array, (n, i) in zip(results, values, strict=False)
     ]
     _WRAP.add(time.perf_counter() - start)
     return datas
+
+
+def _donations(order: list, leaves: list, values: list, synced: list) -> tuple[int, ...]:
+    """The positions of the `leaves` whose buffers the graph may take over: the leaf owns
+    its array (no other leaf or cache holds it), has elements, an output of its shape and
+    dtype can reuse it, and nothing outside this graph reaches it.
+
+    The last is proved with reference counts: every reference to the leaf, and to each
+    node above it, must be one of the graph's own (an input entry of a graph node, an
+    input list, `order`, `leaves`, `values`) or the `_node` of a tensor of `synced`, which
+    drops it when it takes its result. Anything else (a live tensor or view, its storage,
+    pending IR this sync leaves alone, a tensor saved for backward, a cache) is one more
+    reference, and then nothing below it is donated. The count errs one way only: a
+    reference we did not expect keeps a buffer, never the other way round."""
+    wanted: dict = {}
+    for n, i in values:
+        wanted[n.avals[i]] = wanted.get(n.avals[i], 0) + 1
+    if not any(leaf.owned and _has_elements(leaf) and leaf.avals[0] in wanted
+               for leaf in leaves):
+        return ()
+    expected: dict[int, int] = {}  # id(object) -> the references to it we account for
+    entries: dict[int, tuple] = {}  # the distinct (node, index) tuples of the graph
+    for t in {id(t): t for t in synced}.values():
+        expected[id(t._node)] = expected.get(id(t._node), 0) + 1
+    for entry in values:
+        _count_entry(entry, entries, expected)
+    for n in order:
+        if n.rule is None:
+            expected[id(n)] = expected.get(id(n), 0) + 2  # `order` and `leaves`
+            continue
+        if getattr(n.rule, "collective", False):
+            return ()  # a replicated program: its replicas run without donation
+        expected[id(n)] = expected.get(id(n), 0) + 1  # `order`
+        expected[id(n.inputs)] = expected.get(id(n.inputs), 0) + 1
+        for entry in n.inputs:
+            _count_entry(entry, entries, expected)
+    reached: set[int] = set()  # nodes something outside the graph may still read
+    for entry in entries.values():  # 3: the argument, `entry` and `entries`
+        if sys.getrefcount(entry) - 3 > expected[id(entry)]:
+            reached.add(id(entry[0]))
+    for n in reversed(order):  # every node before its inputs
+        if sys.getrefcount(n) - 2 > expected[id(n)]:  # 2: the argument and `n`
+            reached.add(id(n))
+        if n.rule is None:
+            continue
+        if id(n) in reached or sys.getrefcount(n.inputs) - 1 > expected[id(n.inputs)]:
+            for child, _ in n.inputs:
+                reached.add(id(child))
+    donate = []
+    for k, leaf in enumerate(leaves):
+        aval = leaf.avals[0]
+        if (leaf.owned and _has_elements(leaf) and wanted.get(aval)
+                and id(leaf) not in reached and not leaf.array.is_deleted()):
+            wanted[aval] -= 1
+            donate.append(k)
+    return tuple(donate)
+
+
+def _has_elements(leaf: ir.Data) -> bool:
+    """Not a scalar (nothing to gain) and not empty (nothing for XLA to alias)."""
+    shape = leaf.avals[0][0]
+    return bool(shape) and 0 not in shape
+
+
+def _count_entry(entry: tuple, entries: dict, expected: dict) -> None:
+    """One more holder of the tuple `entry`; its node is held once per distinct tuple."""
+    if id(entry) not in entries:
+        entries[id(entry)] = entry
+        expected[id(entry[0])] = expected.get(id(entry[0]), 0) + 1
+    expected[id(entry)] = expected.get(id(entry), 0) + 1
 
 
 def _on_every_device(leaves: list[ir.Data], arrays: list) -> list:
@@ -197,7 +304,8 @@ def _on_every_device(leaves: list[ir.Data], arrays: list) -> list:
 
 
 def _program(key: tuple, device: int, order: list, position: dict, leaves: list,
-             arrays: list, values: list, eager: bool) -> compiler.Program:
+             arrays: list, values: list, eager: bool, donate: tuple = ()
+             ) -> compiler.Program:
     programs = compiler.cache()
     program = programs.get(key)
     if program is None:
@@ -206,10 +314,10 @@ def _program(key: tuple, device: int, order: list, position: dict, leaves: list,
         if spmd.enabled() and not arrays:  # jax would run it on one device
             out_layouts = sharding.output_layouts(values)
         program = compiler.compile(device, order, position, leaves, values, arrays=arrays,
-                                   eager=eager, out_shardings=out_layouts)
+                                   eager=eager, out_shardings=out_layouts, donate=donate)
         programs.put(key, program)
         _GRAPH_SIZE.add(len(order))
-        _ALIASES.add(0)  # no input buffer is donated to an output yet (docs/design.md)
+        _ALIASES.add(len(donate))
     else:
         _CACHED.value += 1
     return program

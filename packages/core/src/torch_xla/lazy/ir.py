@@ -43,12 +43,17 @@ class Data(Node):
     """A leaf: a jax array already on the device.
 
     `annotated` (SPMD mode): the array's layout is one a program or `xs.mark_sharding`
-    chose, which `_get_xla_sharding_spec` reports; data copied from the host is not."""
+    chose, which `_get_xla_sharding_spec` reports; data copied from the host is not. It is
+    the jax sharding itself when the array cannot hold it (tiles that do not divide the
+    shape: the array stays replicated, `lazy/sharding.py`).
+    `owned`: this leaf is the only one holding `array` (a program's fresh result), so a
+    later program may take the buffer over (donation, `graph.py`). Code that wraps the
+    array of an owned leaf in another leaf must clear the flag."""
 
-    __slots__ = ("array", "annotated")
+    __slots__ = ("array", "annotated", "owned")
 
-    def __init__(self, array: jax.Array, aval: Aval, device: int, annotated: bool = False
-                 ) -> None:
+    def __init__(self, array: jax.Array, aval: Aval, device: int, annotated: Any = False,
+                 owned: bool = False) -> None:
         self.op = "xla::device_data"
         self.rule = None
         self.template = ()
@@ -59,6 +64,7 @@ class Data(Node):
         self.location = None
         self.array = array
         self.annotated = annotated
+        self.owned = owned
 
 
 class Slot:

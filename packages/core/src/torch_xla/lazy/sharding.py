@@ -8,6 +8,12 @@ part of the graph, so a program is compiled once per layout and reused.
 
 `spec(t)` is PyTorch/XLA's sharding text of a tensor: its annotation, the layout the
 partitioner gave a program's output, or `''` for data nobody laid out.
+
+Uneven tiles: a jax array holds only tiles that divide its shape. Data annotated with a
+sharding whose tiles do not divide it stays replicated on every device and carries the
+annotation beside it (`ir.Data.annotated` is then that sharding, not `True`): `spec`
+reports it, it survives a step, and `local_shards` cuts the zero-padded tiles
+PyTorch/XLA's devices would hold from each device's copy.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from typing import Any
 import jax
 import numpy as np
 import torch
+from torch._subclasses.functional_tensor import FunctionalTensor
 
 from torch_xla.lazy import ir, nodes, transfer
 from torch_xla.lazy.tensor import XLATensor
@@ -25,6 +32,12 @@ from torch_xla.pjrt import spmd
 from torch_xla.pjrt.client import client
 
 CONSTRAINT_OP = "xla::sharding_constraint"
+# The manual-sharding nodes (`lazy/manual.py`); each carries its value's Layout as its
+# first static argument, as a constraint does.
+FULL_TO_SHARD_OP = "xla::spmd_full_to_shard_shape"
+MANUAL_OP = "xla::manual_sharding"
+SHARD_TO_FULL_OP = "xla::spmd_shard_to_full_shape"
+MANUAL_OPS = frozenset({FULL_TO_SHARD_OP, MANUAL_OP, SHARD_TO_FULL_OP})
 
 
 class NotSpmdError(RuntimeError):
@@ -68,12 +81,15 @@ def annotate(t: XLATensor, sharding: Any) -> None:
     check_spmd("Sharding a tensor")
     node, index = t._node, t._index
     aval = node.avals[index]
-    if node.rule is None and _divides(sharding, aval[0]):
-        array = jax.device_put(node.array, sharding)
-        t._set(ir.Data(array, aval, node.device, annotated=True))
+    if node.rule is None:
+        if _divides(sharding, aval[0]):
+            array = jax.device_put(node.array, sharding)
+            t._set(ir.Data(array, aval, node.device, annotated=True))
+        else:  # uneven tiles: kept whole on every device, the annotation beside it
+            array = jax.device_put(node.array, client().replicated())
+            t._set(ir.Data(array, aval, node.device, annotated=sharding))
         return
-    # A pending value, or data whose dims the mesh does not divide evenly (a jax array
-    # holds only even tiles; inside a program XLA pads them): a constraint in the graph.
+    # A pending value: a constraint in the graph (XLA pads uneven tiles inside a program).
     if node.op == CONSTRAINT_OP:  # a new annotation replaces the one before
         node, index = node.inputs[0]
     layout = Layout(sharding, len(aval[0]))
@@ -88,6 +104,8 @@ def relayout(t: torch.Tensor, how: Callable[[XLATensor], None]) -> None:
     if type(t) is XLATensor:
         how(t)
         return
+    if type(t) is FunctionalTensor:  # traced by AOTAutograd (aot_function): its wrapper
+        t = t.elem
     if not torch._is_functional_tensor(t):
         raise TypeError(f"expected an XLA tensor, got a {t.type()} on {t.device}")
     torch._sync(t)
@@ -108,7 +126,7 @@ def relayout(t: torch.Tensor, how: Callable[[XLATensor], None]) -> None:
 def from_host(t: torch.Tensor, sharding: Any, device: int, local: bool = False) -> XLATensor:
     """The CPU tensor `t` on the virtual device laid out as `sharding` (each device receives
     only its tiles); `local`: `t` is this process's part of the global batch. Dims the mesh
-    does not divide evenly are copied whole and constrained in the graph (`annotate`)."""
+    does not divide evenly are copied whole, the annotation kept beside (`annotate`)."""
     check_spmd("Loading a tensor sharded")
     if local and client().process_count() == 1:
         local = False  # this process's part is the whole batch
@@ -140,8 +158,18 @@ def clear(t: XLATensor) -> None:
         t._set(*node.inputs[0])
 
 
+def data_layout(node: ir.Data) -> Any | None:
+    """The sharding device data is annotated with: its array's own layout, the uneven
+    sharding kept beside a replicated array, or None when nobody laid it out."""
+    mark = getattr(node, "annotated", False)
+    if mark is True:
+        return node.array.sharding
+    return mark or None
+
+
 def layout(t: XLATensor) -> Any | None:
-    """The jax sharding `t` is (or will be) laid out as, if anyone chose one."""
+    """The jax sharding `t` is (or will be) laid out as, if anyone chose one: for data,
+    its array's own layout (replicated where an uneven annotation is kept beside it)."""
     node = t._node
     if node.rule is None:
         return node.array.sharding if getattr(node, "annotated", False) else None
@@ -154,22 +182,39 @@ def spec(t: XLATensor) -> str:
     """PyTorch/XLA's sharding text of `t` (`''` when nothing laid it out)."""
     node = t._node
     if node.rule is None:
-        if not getattr(node, "annotated", False):
+        found = data_layout(node)
+        if found is None:
             return ""
-        return spmd.sharding_text(node.array.sharding, len(node.avals[0][0]),
-                                  client().global_devices)
-    if node.op == CONSTRAINT_OP:
+        return spmd.sharding_text(found, len(node.avals[0][0]), client().global_devices)
+    if node.op == CONSTRAINT_OP or node.op in MANUAL_OPS:
         return node.template[0][1].text
     return ""
 
 
+def output_mark(node: ir.Node, array: jax.Array) -> Any:
+    """`ir.Data.annotated` for a program's output computed as `node`: a constraint whose
+    tiles do not divide the shape stays beside the (replicated) result, since jax hands
+    such a result back replicated; anything else is the array's own layout (True)."""
+    if node.op == CONSTRAINT_OP:
+        wanted = node.template[0][1].sharding
+        if not _divides(wanted, tuple(array.shape)):
+            return wanted
+    return True
+
+
 def output_layouts(values: list[tuple[ir.Node, int]]) -> tuple:
     """Layouts for the outputs of a graph without inputs (which jax would otherwise put on
-    one device): a constrained value keeps its constraint, the rest are replicated."""
-    return tuple(
-        node.template[0][1].sharding if node.op == CONSTRAINT_OP else client().replicated()
-        for node, _ in values
-    )
+    one device): a constrained value keeps its constraint when its tiles divide the shape,
+    the rest are replicated."""
+    return tuple(_output_layout(node, index) for node, index in values)
+
+
+def _output_layout(node: ir.Node, index: int) -> Any:
+    if node.op == CONSTRAINT_OP:
+        wanted = node.template[0][1].sharding
+        if _divides(wanted, node.avals[index][0]):
+            return wanted
+    return client().replicated()
 
 
 # --- tiles on the host -------------------------------------------------------------------
@@ -183,8 +228,11 @@ def _device_name(device: Any) -> str:
 def local_shards(t: XLATensor) -> list[tuple[np.ndarray, Any, str, int]]:
     """(host copy, indices, runtime device, replica id) of each tile of `t`'s device data
     on this process's devices, by device ordinal; indices are `...` when every device
-    holds the whole tensor."""
-    array = t._node.array
+    holds the whole tensor. Uneven tiles come zero-padded to the size of the first."""
+    node = t._node
+    if _uneven(node):
+        return _padded_shards(node.array, node.annotated)
+    array = node.array
     shape = tuple(array.shape)
     runtime = client()
     out = []
@@ -196,6 +244,88 @@ def local_shards(t: XLATensor) -> list[tuple[np.ndarray, Any, str, int]]:
         out.append((runtime.to_host(shard.data), indices, _device_name(shard.device),
                     shard.replica_id))
     return out
+
+
+def _uneven(node: ir.Node) -> bool:
+    """Whether `node` is data kept whole beside an uneven annotation."""
+    return node.rule is None and not isinstance(getattr(node, "annotated", False), bool)
+
+
+def _padded_shards(array: jax.Array, sharding: Any) -> list[tuple[np.ndarray, Any, str, int]]:
+    """`local_shards` of a replicated `array` annotated with the uneven `sharding`: each
+    device's tile cut from that device's own copy, zero-padded as PyTorch/XLA pads it."""
+    runtime = client()
+    shape = tuple(array.shape)
+    copies = {shard.device: shard.data for shard in array.addressable_shards}
+    size = tile_shape(sharding, shape)
+    out = []
+    for device, index, replica in padded_tiles(sharding, shape):
+        block = runtime.to_host(copies[device])[tuple(index)]
+        tile = np.zeros(size, dtype=block.dtype)
+        tile[tuple(slice(0, n) for n in block.shape)] = block
+        out.append((tile, index, _device_name(device), replica))
+    return out
+
+
+def tile_shape(sharding: Any, shape: tuple) -> tuple:
+    """The shape of each device's tile of a `shape` tensor laid out as `sharding`, as
+    PyTorch/XLA tiles it: `ceil(dim / tiles)` per dim, the last tiles zero-padded."""
+    hlo = sharding._to_xla_hlo_sharding(len(shape))
+    if hlo.is_replicated():
+        return tuple(shape)
+    dims = hlo.tile_assignment_dimensions()
+    return tuple(-(-n // k) for n, k in zip(shape, dims, strict=False))
+
+
+def padded_tiles(sharding: Any, shape: tuple) -> list[tuple[Any, list[slice], int]]:
+    """(device, index, replica id) of each tile of a `shape` tensor tiled as `sharding`
+    (`tile_shape` per tile) on this process's devices, by ordinal. The index covers the
+    tile's part of the tensor: shorter than the tile, or empty, past the end."""
+    ndim = len(shape)
+    hlo = sharding._to_xla_hlo_sharding(ndim)
+    dims = list(hlo.tile_assignment_dimensions())
+    ids = np.asarray(hlo.tile_assignment_devices()).reshape(dims)
+    assignment = list(sharding._device_assignment)
+    size = tile_shape(sharding, shape)
+    local = set(sharding.addressable_devices)
+    found = []
+    for coord in np.ndindex(*dims):
+        device = assignment[ids[coord]]
+        if device in local:
+            index = [slice(min(c * k, n), min((c + 1) * k, n), 1)
+                     for c, k, n in zip(coord[:ndim], size, shape, strict=True)]
+            replica = int(np.ravel_multi_index(coord[ndim:], dims[ndim:])) if coord[ndim:] else 0
+            found.append((device, index, replica))
+    ordinal = client().global_devices.index
+    return sorted(found, key=lambda item: ordinal(item[0]))
+
+
+def _check_tiles(tiles: list[np.ndarray], sharding: Any, shape: tuple, what: str) -> None:
+    """Every tile has the shape a `shape` tensor's tiles have under `sharding`."""
+    wanted = tile_shape(sharding, shape)
+    text = spmd.sharding_text(sharding, len(shape), client().global_devices)
+    for k, tile in enumerate(tiles):
+        if tuple(tile.shape) != wanted:
+            raise RuntimeError(
+                f"{what}: shard {k} has shape {tuple(tile.shape)}, but each tile of a {shape} "
+                f"tensor sharded as {text} is {wanted} (the last ones zero-padded): pass "
+                "shards of that shape, or the global shape they tile.")
+
+
+def _whole_from_padded(tiles: list[np.ndarray], sharding: Any, shape: tuple,
+                       what: str) -> jax.Array:
+    """A replicated global array of `shape` put together from this process's padded
+    `tiles` of the uneven `sharding` (by device ordinal); needs every tile, so one process."""
+    if client().process_count() > 1:
+        text = spmd.sharding_text(sharding, len(shape), client().global_devices)
+        raise RuntimeError(
+            f"{what}: a {shape} tensor sharded as {text} has uneven tiles, which are kept "
+            "whole on every device, so every tile is needed, but this process holds only its "
+            "own. Use a global shape the mesh divides.")
+    host = np.zeros(shape, dtype=tiles[0].dtype)
+    for (_, index, _), tile in zip(padded_tiles(sharding, shape), tiles, strict=True):
+        host[tuple(index)] = tile[tuple(slice(0, s.stop - s.start) for s in index)]
+    return spmd.place(host, client().replicated())
 
 
 def _addressable(sharding: Any, shape: tuple) -> list[tuple[Any, tuple]]:
@@ -231,6 +361,9 @@ def _from_tiles(tiles: list[np.ndarray], devices: list[str], sharding: Any, shap
 def load_local_shards(t: XLATensor, tiles: list[np.ndarray], devices: list[str]) -> None:
     """Replace the tiles of `t`'s (sharded) device data with `tiles`, one per device."""
     node = t._node
+    if _uneven(node):
+        _load_padded(t, tiles, devices)
+        return
     if not getattr(node, "annotated", False) or sharding_is_replicated(node.array.sharding,
                                                                         node.array.ndim):
         raise RuntimeError("load_local_shards_: the tensor is not sharded (its data is "
@@ -245,6 +378,21 @@ def load_local_shards(t: XLATensor, tiles: list[np.ndarray], devices: list[str])
     t._set(ir.Data(array, node.avals[0], node.device, annotated=True))
 
 
+def _load_padded(t: XLATensor, tiles: list[np.ndarray], devices: list[str]) -> None:
+    node = t._node
+    sharding, shape = node.annotated, tuple(node.array.shape)
+    names = [_device_name(d) for d, _, _ in padded_tiles(sharding, shape)]
+    if sorted(devices) != sorted(names):
+        raise RuntimeError(
+            f"load_local_shards_: got shards for devices {devices}, but the sharding places "
+            f"tiles on {names}: pass exactly one shard per device of this process.")
+    by_name = dict(zip(devices, tiles, strict=True))
+    ordered = [np.asarray(by_name[name], dtype=node.array.dtype) for name in names]
+    _check_tiles(ordered, sharding, shape, "load_local_shards_")
+    array = _whole_from_padded(ordered, sharding, shape, "load_local_shards_")
+    t._set(ir.Data(array, node.avals[0], node.device, annotated=sharding))
+
+
 def sharding_is_replicated(sharding: Any, ndim: int) -> bool:
     return sharding._to_xla_hlo_sharding(ndim).is_replicated()
 
@@ -252,12 +400,22 @@ def sharding_is_replicated(sharding: Any, ndim: int) -> bool:
 def from_shards(tiles: list[np.ndarray], dtype: Any, sharding: Any, shape: tuple,
                 device: int) -> ir.Data:
     """Device data of global `shape` laid out as `sharding` from one host tile per device
-    of this process, in device-ordinal order (`_global_tensor_from_cpu_shards`)."""
+    of this process, in device-ordinal order (`_global_tensor_from_cpu_shards`). Tiles are
+    `tile_shape` (zero-padded past the end of `shape`, as `local_shards` gives them)."""
     check_spmd("Building a tensor from shards")
-    expected = _addressable(sharding, shape)
+    what = "_global_tensor_from_cpu_shards"
+    if tiles and len(tiles[0].shape) != len(shape):
+        raise RuntimeError(f"{what}: the shards have {len(tiles[0].shape)} dims, but the global "
+                           f"shape {shape} has {len(shape)}: give a shape of the shards' rank.")
+    even = _divides(sharding, shape)
+    expected = _addressable(sharding, shape) if even else padded_tiles(sharding, shape)
     if len(tiles) != len(expected):
         raise RuntimeError(f"Expected {len(expected)} shards, one per device of this process "
                            f"for a {shape} tensor, got {len(tiles)}.")
-    names = [_device_name(d) for d, _ in expected]
-    array = _from_tiles(tiles, names, sharding, shape, "_global_tensor_from_cpu_shards")
+    _check_tiles(tiles, sharding, shape, what)
+    if not even:
+        array = _whole_from_padded(tiles, sharding, shape, what)
+        return ir.Data(array, (shape, dtype), device, annotated=sharding)
+    names = [_device_name(item[0]) for item in expected]
+    array = _from_tiles(tiles, names, sharding, shape, what)
     return ir.Data(array, (shape, dtype), device, annotated=True)

@@ -12,7 +12,7 @@ from typing import Any
 import jax
 import torch
 
-from torch_xla import _metrics
+from torch_xla import _metrics, lowering
 from torch_xla.lazy import dispatch, fallback, functional, graph, ir, nodes, transfer
 from torch_xla.lazy.dispatch import special
 from torch_xla.lazy.tensor import XLATensor, device_index, device_mismatch_error, uninitialized
@@ -75,6 +75,22 @@ def _native_batch_norm(func, args, kwargs):
     running_mean._set(*new_mean.value)
     running_var._set(*new_var.value)
     return out, mean, rstd
+
+
+_NLL_OPS = (aten.nll_loss_forward.default, aten.nll_loss2d_forward.default,
+            aten.nll_loss_backward.default, aten.nll_loss2d_backward.default)
+
+
+@special(*_NLL_OPS)
+def _nll_loss(func, args, kwargs):
+    """nll_loss with a floating target: PyTorch/XLA's lowering reads the class indices as
+    integers (CPU PyTorch refuses; programs written for PyTorch/XLA pass float targets, as
+    `nn.CrossEntropyLoss()(out, torch.zeros(n))`), so the target is truncated to int64."""
+    target_at = 2 if func in _NLL_OPS[2:] else 1
+    target = args[target_at]
+    if target.dtype.is_floating_point:
+        args = (*args[:target_at], target.to(torch.int64), *args[target_at + 1:])
+    return dispatch.record(func, lowering.lookup(func), args, kwargs)
 
 
 @special(aten.equal.default)

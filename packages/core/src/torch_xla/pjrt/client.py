@@ -7,7 +7,8 @@ process; from then on the device type is fixed.
 
 The runtime's metrics are PyTorch/XLA's: `TransferToDeviceTime` and
 `OutboundData` (bytes) per host-to-device copy, `TransferFromDeviceTime` and
-`InboundData` per copy back, `CreateDataHandles` per device buffer made (copies
+`InboundData` per copy back (`ReplicateShardedData` when a sharded value is gathered
+for it), `CreateDataHandles` per device buffer made (copies
 and execution results), `CompileTime` (or `EagerOpCompileTime`) and
 `CreateCompileHandles` per compilation, and `ExecuteTime` (or
 `EagerOpExecuteTime`) from an execution's launch until its results are ready,
@@ -118,6 +119,8 @@ class Client:
 
     def to_host(self, array: jax.Array) -> np.ndarray:
         start = time.perf_counter()
+        if not array.sharding.is_fully_replicated:
+            _REPLICATE_SHARDED.inc()  # its tiles are gathered into one value first
         with TraceAnnotation(TRACE_TRANSFER_FROM_DEVICE):
             host = np.asarray(array) if array.is_fully_addressable else spmd.gather(array)
         _FROM_DEVICE_TIME.add(time.perf_counter() - start)
@@ -127,24 +130,30 @@ class Client:
     # --- compilation --------------------------------------------------------
 
     def compile(self, key: str | None, fn: Callable[..., Any], *args: Any,
-                eager: bool = False, out_shardings: Any = None) -> Any:
+                eager: bool = False, out_shardings: Any = None, donate: tuple = ()) -> Any:
         """Compile `fn` for `args`; with a persistent cache, `key` names the entry.
 
         `eager`: one op compiled in eager mode, timed as `EagerOpCompileTime`.
         `out_shardings`: the results' layouts (by default XLA's partitioner chooses them
-        from the inputs' shardings and the graph's constraints)."""
+        from the inputs' shardings and the graph's constraints).
+        `donate`: the positions of the arguments whose buffers the program takes over
+        (`jax.jit`'s `donate_argnums`); `key` must name them."""
         with TraceAnnotation(TRACE_COMPILE):
-            return self._compile(key, fn, *args, eager=eager, out_shardings=out_shardings)
+            return self._compile(key, fn, *args, eager=eager, out_shardings=out_shardings,
+                                 donate=donate)
 
     def _compile(self, key: str | None, fn: Callable[..., Any], *args: Any,
-                 eager: bool = False, out_shardings: Any = None) -> Any:
+                 eager: bool = False, out_shardings: Any = None, donate: tuple = ()) -> Any:
         self.compiled_once = True
         cached = compile_cache.load(key) if key is not None else None
         if cached is not None:
             _metrics.counter("PersistentCacheHit").inc()
             return cached
         start = time.perf_counter()
-        jitted = jax.jit(fn) if out_shardings is None else jax.jit(fn, out_shardings=out_shardings)
+        options: dict[str, Any] = {"donate_argnums": tuple(donate)} if donate else {}
+        if out_shardings is not None:
+            options["out_shardings"] = out_shardings
+        jitted = jax.jit(fn, **options)
         compiled = jitted.lower(*args).compile()
         _metrics.metric("EagerOpCompileTime" if eager else "CompileTime").add(
             time.perf_counter() - start)
@@ -221,6 +230,7 @@ class ExecutionClock:
 
 _TO_DEVICE_TIME = _metrics.metric("TransferToDeviceTime")
 _FROM_DEVICE_TIME = _metrics.metric("TransferFromDeviceTime")
+_REPLICATE_SHARDED = _metrics.counter("ReplicateShardedData")
 _OUTBOUND = _metrics.metric("OutboundData")
 _INBOUND = _metrics.metric("InboundData")
 _DATA_HANDLES = _metrics.counter("CreateDataHandles")

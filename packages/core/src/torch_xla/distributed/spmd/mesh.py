@@ -14,6 +14,8 @@ two: the device jax places each shard on must be the device PyTorch/XLA names.
 
 from __future__ import annotations
 
+import ast
+import dataclasses
 import enum
 import functools
 import math
@@ -27,6 +29,7 @@ from jax.sharding import Mesh as JaxMesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as JaxSpec
 
+import torch_xla.runtime as xr
 from torch_xla import _metrics
 from torch_xla.pjrt import spmd
 from torch_xla.pjrt.client import client
@@ -83,9 +86,9 @@ class Mesh:
             raise MeshError(f"Mesh: Device IDs must be less than mesh size ({len(ids)}): "
                             f"expected the global runtime ordinals 0..{len(ids) - 1}, got "
                             f"{ids.tolist()}.")
-        if spmd.enabled() and len(ids) != len(client().global_devices):
+        if spmd.enabled() and len(ids) != xr.global_runtime_device_count():
             raise MeshError(f"Mesh: Number of device IDs ({len(ids)}) must match the global "
-                            f"number of devices ({len(client().global_devices)}): an SPMD mesh "
+                            f"number of devices ({xr.global_runtime_device_count()}): an SPMD mesh "
                             "spans every device of the job (xr.global_runtime_device_count()).")
         self.device_ids = ids
         self.mesh_shape = shape
@@ -117,6 +120,20 @@ class Mesh:
     def __repr__(self) -> str:
         return (f"Mesh(device_ids={self.device_ids.tolist()}, mesh_shape={self.mesh_shape}, "
                 f"axis_names={self.axis_names})")
+
+    def __str__(self) -> str:
+        """`(device_ids, mesh_shape, axis_names)` as Python literals: `Mesh.from_str` reads
+        it back (a mesh passed through a custom op's string argument)."""
+        return str((self.device_ids.tolist(), self.mesh_shape, self.axis_names))
+
+    @classmethod
+    def from_str(cls, text: str) -> Mesh | None:
+        """The mesh `str(mesh)` wrote, or None when `text` is not such a string."""
+        try:
+            device_ids, mesh_shape, axis_names = ast.literal_eval(text)
+        except (ValueError, SyntaxError, TypeError):
+            return None
+        return cls(np.asarray(device_ids), mesh_shape, axis_names)
 
     # --- partition specs ------------------------------------------------------------
 
@@ -269,7 +286,7 @@ class HybridMesh(Mesh):
         if len(ici) != len(dcn):
             raise ValueError(f"HybridMesh: ici_mesh_shape {ici} and dcn_mesh_shape {dcn} must "
                              "have the same number of axes.")
-        devices = list(devices if devices is not None else client().global_devices)
+        devices = list(devices if devices is not None else _runtime_devices())
         slices = {getattr(d, "slice_index", 0) for d in devices}
         if math.prod(dcn) > 1:
             if len(slices) == 1:
@@ -281,10 +298,42 @@ class HybridMesh(Mesh):
                 raise ValueError("Provide dcn_mesh_shape to create a mesh for multislice "
                                  f"({len(slices)} slices found).")
             grid = mesh_utils.create_device_mesh(ici, devices)
-        ordinal = {id(d): i for i, d in enumerate(devices)}
+        ordinal = {id(d): getattr(d, "ordinal", i) for i, d in enumerate(devices)}
         self.ici_mesh_shape, self.dcn_mesh_shape = ici, dcn
         super().__init__([ordinal[id(d)] for d in grid.reshape(-1)],
                          tuple(i * d for i, d in zip(ici, dcn, strict=True)), axis_names)
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class _RuntimeDevice:
+    """One device as `xr.global_runtime_device_attributes()` describes it, in the form
+    jax's mesh_utils reads (`platform`, `device_kind`, `coords`, `core_on_chip`,
+    `slice_index`); `ordinal` is the runtime ordinal its name carries (`TPU:3` -> 3)."""
+
+    ordinal: int
+    platform: str
+    device_kind: str
+    coords: tuple | None
+    core_on_chip: int
+    slice_index: int
+
+
+def _runtime_devices() -> list[_RuntimeDevice]:
+    """The job's devices from the runtime's attributes: the physical topology where the
+    plugin reports coordinates (TPU), the ordinal order elsewhere."""
+    out = []
+    for i, attributes in enumerate(xr.global_runtime_device_attributes()):
+        name = str(attributes.get("name", f"{xr.device_type()}:{i}"))
+        kind, _, index = name.rpartition(":")
+        coords = attributes.get("coords")
+        out.append(_RuntimeDevice(
+            ordinal=int(index) if index.isdigit() else i,
+            platform="tpu" if coords is not None else kind.lower(),
+            device_kind=str(attributes.get("device_kind", kind)),
+            coords=None if coords is None else tuple(coords),
+            core_on_chip=int(attributes.get("core_on_chip", 0)),
+            slice_index=int(attributes.get("slice_index", 0))))
+    return out
 
 
 def get_1d_mesh(axis_name: str | None = None) -> Mesh:

@@ -21,14 +21,14 @@ from torch_xla.lazy import functional, graph, sharding, transfer
 class XLAShard:
     """One device's tile of a sharded tensor, copied to the host."""
 
-    data: torch.Tensor  # a snapshot of the tile when the shard was read
-    indices: Any  # `...` for a replicated tensor, else one slice per dimension
+    data: torch.Tensor  # a snapshot of the tile, zero-padded where the tiles are uneven
+    indices: Any  # `...` for a replicated tensor, else one slice per dimension (no padding)
     shard_device: str  # the runtime device holding it, e.g. `CPU:3`
     replica_id: int  # which copy of the tile this is (0 unless partially replicated)
 
     @property
     def unpadded_data(self) -> torch.Tensor:
-        """`data` without padding (tiles here are never padded: jax splits evenly or fails)."""
+        """`data` without the zero padding of an uneven tile."""
         if self.indices is Ellipsis:
             return self.data
         return self.data[tuple(slice(0, s.stop - s.start) for s in self.indices)]

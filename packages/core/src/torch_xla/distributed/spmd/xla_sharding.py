@@ -7,15 +7,22 @@ partitioner (through jax) shards everything computed from it. See docs/guide/spm
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 from typing import Any
 
+import numpy as np
 import torch
+from jax.sharding import Mesh as JaxMesh
+from jax.sharding import NamedSharding
+from jax.sharding import PartitionSpec as JaxSpec
 
 from torch_xla.distributed.spmd.mesh import Mesh, PartitionSpec, ShardingType, get_global_mesh
 from torch_xla.distributed.spmd.xla_sharded_tensor import XLAShardedTensor, sharding_type
-from torch_xla.lazy import sharding
+from torch_xla.lazy import dispatch, functional, manual, sharding
 from torch_xla.lazy.special import optimization_barrier_
+from torch_xla.lazy.tensor import XLATensor
+from torch_xla.lowering.manual import MANUAL, ManualSharding
 from torch_xla.pjrt.client import client
 
 
@@ -69,6 +76,83 @@ def clear_sharding(t: torch.Tensor) -> torch.Tensor:
     return unwrap_sharded_tensor(t)
 
 
+# --- manual sharding: a region where each device computes on its own shard -------------
+
+
+def enable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec, *,
+                           mesh: Mesh | None = None) -> XLAShardedTensor:
+    """Shard `t` as `partition_spec` says, then open a manual region: the result holds each
+    device's shard (its shape is the shard's), and ops on it run per device, untouched
+    by the partitioner. Close the region with `disable_manual_sharding` before the step
+    ends.
+
+    >>> xx = xs.enable_manual_sharding(x, (None, "model"))   # x: (8, 8), 4 devices
+    >>> xx.shape
+    torch.Size([8, 2])
+    """
+    mesh = _checked_mesh(mesh, "xs.enable_manual_sharding")
+    marked = mark_sharding(unwrap_sharded_tensor(t), mesh, partition_spec)
+    inner = functional.unwrap(unwrap_sharded_tensor(marked))
+    return wrap_as_sharded_tensor(functional.wrap(manual.full_to_shard(inner)))
+
+
+def disable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec,
+                            full_shape: tuple[int, ...], *, mesh: Mesh | None = None
+                            ) -> XLAShardedTensor:
+    """Close a manual region: the global tensor of `full_shape` whose shards, laid out as
+    `partition_spec` on `mesh`, are `t` (one per device)."""
+    mesh = _checked_mesh(mesh, "xs.disable_manual_sharding")
+    partition_spec = tuple(partition_spec)
+    if len(partition_spec) != len(full_shape):
+        raise ValueError(f"xs.disable_manual_sharding: partition spec {partition_spec} has "
+                         f"{len(partition_spec)} entries, but full_shape {tuple(full_shape)} "
+                         f"has {len(full_shape)} dims: give one entry per dim.")
+    t = _mark_manual_sharding(unwrap_sharded_tensor(t))
+    inner = functional.unwrap(unwrap_sharded_tensor(t))
+    full = manual.shard_to_full(inner, mesh.get_op_sharding(partition_spec), tuple(full_shape),
+                                inner.dtype)
+    return wrap_as_sharded_tensor(functional.wrap(full))
+
+
+def _mark_manual_sharding(t: torch.Tensor) -> XLAShardedTensor:
+    """Annotate `t`, computed in a manual region, as sharded `{manual}` (in place). Meant
+    to be paired with `_spmd_full_to_shard_shape`/`_spmd_shard_to_full_shape`; device
+    data cannot be marked."""
+    mark_manual(t)
+    return wrap_as_sharded_tensor(t)
+
+
+def mark_manual(t: torch.Tensor) -> None:
+    sharding.relayout(_xla_tensor(t, "xs._mark_manual_sharding"), manual.mark_manual)
+
+
+def check_manual(found: Any, what: str) -> None:
+    if found is not None and not isinstance(found, ManualSharding):
+        raise ValueError(f"{what}: expected the manual sharding "
+                         "(torch_xla._XLAC.OpSharding([], [], [], ShardingType.MANUAL)), got "
+                         f"{found!r}.")
+
+
+def op_sharding(tile_assignment: list, group_assignment: list, replication_groups: list,
+                sharding_type: int) -> Any:
+    """The sharding PyTorch/XLA's `OpSharding(...)` names: replicated, manual, or tiled
+    over the devices `tile_assignment` arranges (global ordinals), as a jax sharding."""
+    kind = ShardingType(int(sharding_type))
+    if kind is ShardingType.REPLICATED:
+        return client().replicated()
+    if kind is ShardingType.MANUAL:
+        return MANUAL
+    if kind is ShardingType.TILED and not group_assignment and not replication_groups:
+        ids = np.asarray(tile_assignment, dtype=np.int64)
+        devices = client().global_devices
+        names = tuple(f"tile_{i}" for i in range(ids.ndim))
+        grid = np.array([devices[i] for i in ids.reshape(-1)], dtype=object)
+        return NamedSharding(JaxMesh(grid.reshape(ids.shape), names), JaxSpec(*names))
+    raise ValueError(f"OpSharding: {kind.name} with group_assignment {group_assignment} and "
+                     f"replication_groups {replication_groups} is not supported here: build "
+                     "the sharding with mesh.get_op_sharding(partition_spec).")
+
+
 class MarkShardingFunction(torch.autograd.Function):
     """Shards the value in forward and its gradient in backward alike."""
 
@@ -76,15 +160,44 @@ class MarkShardingFunction(torch.autograd.Function):
     def forward(ctx: Any, t: torch.Tensor, mesh: Mesh, partition_spec: PartitionSpec
                 ) -> torch.Tensor:
         ctx.mesh, ctx.partition_spec = mesh, partition_spec
-        out = t.clone()
-        mark_sharding(out, mesh, partition_spec)
-        return out
+        return _aot_mark_sharding(t, str(mesh), str(tuple(partition_spec)))
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:
-        grad = grad.clone()
-        mark_sharding(grad, ctx.mesh, ctx.partition_spec)
-        return grad, None, None
+        return _aot_mark_sharding(grad, str(ctx.mesh), str(tuple(ctx.partition_spec))), None, None
+
+
+# A sharded copy as an op of its own, so that AOTAutograd (aot_function, torch.compile)
+# traces it into its graph: the mesh and spec travel as strings (op arguments are plain).
+@torch.library.custom_op("xla::aot_mark_sharding", mutates_args=())
+def _aot_mark_sharding(t: torch.Tensor, mesh: str, partition_spec: str) -> torch.Tensor:
+    # Reached only by tensors off the device (an XLA tensor's op goes to the rule below),
+    # where mark_sharding says what is wrong.
+    out = t.clone()
+    mark_sharding(out, _mesh_from_str(mesh), ast.literal_eval(partition_spec))
+    return out
+
+
+@_aot_mark_sharding.register_fake
+def _aot_mark_sharding_fake(t: torch.Tensor, mesh: str, partition_spec: str) -> torch.Tensor:
+    return torch.empty_like(t)
+
+
+@dispatch.special(torch.ops.xla.aot_mark_sharding.default)
+def _aot_mark_sharding_rule(func, args, kwargs):
+    t, mesh, partition_spec = args
+    out = XLATensor(*t.value)
+    spec = _mesh_from_str(mesh).get_op_sharding(ast.literal_eval(partition_spec))
+    sharding.annotate(out, spec)
+    return out
+
+
+def _mesh_from_str(text: str) -> Mesh:
+    mesh = Mesh.from_str(text)
+    if mesh is None:
+        raise ValueError(f"xla::aot_mark_sharding: {text!r} is not a mesh written by "
+                         "str(mesh) (device ids, mesh shape, axis names).")
+    return mesh
 
 
 def mark_sharding_with_gradients(t: torch.Tensor, mesh: Mesh, partition_spec: PartitionSpec
