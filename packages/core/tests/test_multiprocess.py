@@ -52,7 +52,7 @@ def spawn(
 
 
 def spawn_repeatedly(
-    tmp_path, call: str, times: int, env: dict[str, str] | None = None, timeout: float = 300
+    tmp_path, call: str, times: int, env: dict[str, str] | None = None, timeout: float = 900
 ) -> list[dict]:
     """Run `xmp.spawn(<call>)` `times` times in one fresh interpreter; how each one ended.
 

@@ -58,7 +58,12 @@ errors = {{}}
 for name, g, e in zip(("product", "hidden", "loss", "grad"), got, want):
     g = g.cpu()
     try:
-        torch.testing.assert_close(g, e)  # dtype included; tolerance: torch's for that dtype
+        if name == "grad":  # float32, but made by a matmul in the autocast dtype: its precision
+            reduced = torch.ones((), dtype=default)
+            rtol, atol = torch.testing._comparison.default_tolerances(reduced)
+            torch.testing.assert_close(g, e, rtol=rtol, atol=atol)
+        else:
+            torch.testing.assert_close(g, e)  # dtype included; tolerance: torch's for that dtype
         errors[name] = None
     except AssertionError as error:
         errors[name] = str(error)
