@@ -48,6 +48,8 @@ class Placeholder(ir.Data):
         self.device = device
         self.hash = hash((PLACEHOLDER_OP, aval))
         self.location = None
+        self.annotated = False
+        self.owned = False  # no buffer of its own: never donated
 
     @property
     def array(self):

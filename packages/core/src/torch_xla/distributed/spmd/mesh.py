@@ -328,7 +328,7 @@ def _runtime_devices() -> list[_RuntimeDevice]:
         coords = attributes.get("coords")
         out.append(_RuntimeDevice(
             ordinal=int(index) if index.isdigit() else i,
-            platform="tpu" if coords is not None else kind.lower(),
+            platform=kind.lower(),
             device_kind=str(attributes.get("device_kind", kind)),
             coords=None if coords is None else tuple(coords),
             core_on_chip=int(attributes.get("core_on_chip", 0)),
