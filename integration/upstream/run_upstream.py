@@ -36,9 +36,10 @@ EXPECTED_FAILURES = {
     "test/spmd/test_xla_sharding.py": "(issue 11) 74 of 81 run tests pass with 4 devices; "
     "5 compare PyTorch/XLA's own HLO text (its %p0.1 parameter names, instruction numbering "
     "and layouts), two of them also need an annotation kept across an in-place op on a "
-    "pending value and `annotate_custom_sharding`; test_sharding_propagation expects XLA's GSPMD to shard an output that "
-    "jax's Shardy propagation leaves replicated, test_fallback expects torch.polar's result "
-    "kept on the host (ours is lowered and stays pending on the device)",
+    "pending value and `annotate_custom_sharding`; test_sharding_propagation expects "
+    "XLA's GSPMD to shard an output that jax's Shardy propagation leaves replicated, "
+    "test_fallback expects torch.polar's result kept on the host (ours is lowered and stays "
+    "pending on the device)",
     "test/spmd/test_fsdp_v2.py": "(issue 11) 7 of 8 run tests pass; test_fsdp_v2_basic compares "
     "the exact HLO text of the backward optimization barrier, which jax prints with another "
     "layout and other names",
