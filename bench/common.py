@@ -9,10 +9,14 @@ shared machine the load then shifts all modes alike instead of whichever ran las
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -124,16 +128,24 @@ class Mode:
             self.cache = self.cache + (cache_snapshot() - before)
 
 
-def eager_mode(base, make_optimizer, loss_of, x, y) -> Mode:
+def eager_mode(base, make_optimizer, loss_of, x, y, device: str = "cpu") -> Mode:
+    """Plain PyTorch on `device` (the CPU, or `cuda` beside a GPU plugin)."""
     import copy
 
-    model = copy.deepcopy(base)
+    import torch
+
+    model = copy.deepcopy(base).to(device)
     opt = make_optimizer(model.parameters())
+    x, y = x.to(device), y.to(device)
 
     def loss_fn(a, b):
         return loss_of(model, a, b)
 
-    return Mode(lambda: train_step(loss_fn, opt, x, y), lambda: None)
+    def drain():
+        if torch.device(device).type == "cuda":
+            torch.cuda.synchronize(device)
+
+    return Mode(lambda: train_step(loss_fn, opt, x, y), drain)
 
 
 def _on_device(base, make_optimizer, x, y):
@@ -227,6 +239,9 @@ class Figures:
     lazy_loss: float
     dynamo_loss: float
     host: tuple = ()
+    eager_device: str = "cpu"
+    xla_device: str = "CPU"  # the plugin torch-xla ran on
+    floor_device: str = "cpu"  # jax's platform for the floor
     load_average: tuple = field(default_factory=os.getloadavg)
 
     def median(self, mode: str) -> float:
@@ -238,18 +253,64 @@ class Figures:
                             abs_tol=LOSS_ATOL)
 
 
+def testing_models():
+    """torch_xla.testing.models loaded without importing torch_xla (the eager-only child
+    must not register the xla device: see `eager_apart`)."""
+    package = importlib.util.find_spec("torch_xla").submodule_search_locations[0]
+    spec = importlib.util.spec_from_file_location(
+        "bench_models", os.path.join(package, "testing", "models.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dynamo looks the model's module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+def apart(device: str) -> bool:
+    """Whether eager on `device` must run in a process without torch_xla. Registering
+    the xla device (torch's PrivateUse1 backend) makes it torch's current accelerator, and
+    from then on torch's autograd engine asserts (`opt_ready_stream && opt_parent_stream`)
+    on every backward over CUDA tensors (torch >= 2.8, pytorch/pytorch#161129)."""
+    return device != "cpu"
+
+
+def eager_only(base, make_optimizer, loss_of, x, y, args) -> None:
+    """The eager mode alone (this process never imports torch_xla): rates to --json."""
+    mode = eager_mode(base, make_optimizer, loss_of, x, y, args.eager_device)
+    mode.warm_up()
+    for _ in range(args.windows):
+        mode.window(args.steps)
+    with open(args.json, "w") as out:
+        json.dump({"rates": mode.rates}, out)
+
+
+def eager_apart(script: str, args) -> list[float]:
+    """Eager rates measured by `script --eager-only` in a child process, before the
+    other modes (so not interleaved with them; see `apart`)."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "eager.json")
+        subprocess.run([sys.executable, script, "--eager-only", "--eager-device",
+                        args.eager_device, "--steps", str(args.steps), "--windows",
+                        str(args.windows), "--json", path], check=True)
+        with open(path) as f:
+            return json.load(f)["rates"]
+
+
 def measure_modes(name: str, base, make_optimizer, loss_of, x, y, floor: Callable[[], Mode],
-                  steps: int, windows: int) -> Figures:
+                  steps: int, windows: int, eager_device: str = "cpu",
+                  eager_rates: list[float] | None = None) -> Figures:
     """All four modes, warmed up, then `windows` rounds of `steps` steps each, interleaved.
 
     `loss_of(model, x, y)` is the forward and the loss; `make_optimizer(params)` builds
     the optimizer; `floor()` builds the JAX step (after the XLA device is set up: it
     fixes jax's CPU device count). Lazy and dynamo start from copies of `base`
-    and take the same steps on the same batch, so their last losses must agree.
+    and take the same steps on the same batch, so their last losses must agree. Eager
+    runs on `eager_device`, or was measured apart (`eager_rates`, see `eager_apart`).
     """
     lazy, record = lazy_mode(base, make_optimizer, loss_of, x, y)
-    modes = {"eager": eager_mode(base, make_optimizer, loss_of, x, y), "lazy": lazy,
-             "dynamo": dynamo_mode(base, make_optimizer, loss_of, x, y), "floor": floor()}
+    modes = {} if eager_rates else {
+        "eager": eager_mode(base, make_optimizer, loss_of, x, y, eager_device)}
+    modes.update(lazy=lazy, dynamo=dynamo_mode(base, make_optimizer, loss_of, x, y),
+                 floor=floor())
     for mode in modes.values():
         mode.warm_up()
     for _ in range(windows):
@@ -257,9 +318,24 @@ def measure_modes(name: str, base, make_optimizer, loss_of, x, y, floor: Callabl
             mode.window(steps)
     dynamo = modes["dynamo"]
     lazy_loss, dynamo_loss = float(lazy.last.item()), float(dynamo.last.item())
-    return Figures(name, steps, windows, {k: m.rates for k, m in modes.items()}, lazy.cache,
+    rates = {"eager": eager_rates} if eager_rates else {}
+    rates.update({k: m.rates for k, m in modes.items()})
+    return Figures(name, steps, windows, rates, lazy.cache,
                    dynamo.cache, lazy_loss, dynamo_loss, xla_host_cost(record),
-                   os.getloadavg())
+                   eager_device=eager_device, xla_device=_xla_device_kind(),
+                   floor_device=_floor_device_kind())
+
+
+def _xla_device_kind() -> str:
+    import torch_xla.runtime as xr
+
+    return xr.device_type()
+
+
+def _floor_device_kind() -> str:
+    import jax
+
+    return jax.devices()[0].platform
 
 
 def _cache_line(c: CacheUse) -> str:
@@ -272,7 +348,8 @@ def report(f: Figures) -> None:
     rec_ms, sync_ms, us_per_op = f.host
     floor = f.median("floor")
     print(
-        f"{f.name}: eager-cpu {f.median('eager'):.1f} | lazy {f.median('lazy'):.1f} | "
+        f"{f.name} [torch-xla on {f.xla_device}, jax floor on {f.floor_device}]: "
+        f"eager-{f.eager_device} {f.median('eager'):.1f} | lazy {f.median('lazy'):.1f} | "
         f"dynamo {f.median('dynamo'):.1f} | jax-jit floor {floor:.1f} steps/s (median of "
         f"{f.windows} interleaved windows of {f.steps} steps) | lazy/floor "
         f"{f.median('lazy') / floor:.2f}x, dynamo/floor {f.median('dynamo') / floor:.2f}x | "
@@ -313,6 +390,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--windows", type=int, default=5,
                         help="timed windows per mode, interleaved across the modes")
     parser.add_argument("--json", metavar="PATH", help="also write the figures to PATH as JSON")
+    parser.add_argument("--eager-device", default="cpu",
+                        help="torch device of the eager mode (cuda beside PJRT_DEVICE=CUDA; "
+                        "measured in a child process without torch_xla)")
+    parser.add_argument("--eager-only", action="store_true",
+                        help="(internal) time only the eager mode, rates to --json")
     return parser.parse_args()
 
 

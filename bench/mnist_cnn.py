@@ -10,11 +10,19 @@ import jax
 import jax.numpy as jnp
 import torch
 import torch.nn.functional as F
-from common import Mode, finish, measure_modes, parse_args, train_step
+from common import (
+    Mode,
+    apart,
+    eager_apart,
+    eager_only,
+    finish,
+    measure_modes,
+    parse_args,
+    testing_models,
+    train_step,
+)
 
-import torch_xla.core.xla_model  # noqa: F401 - before any backward: autograd sizes its device queues
-from torch_xla.testing.models import MNIST
-
+MNIST = testing_models().MNIST  # torch_xla.testing.models, without importing torch_xla
 BATCH, LR, MOMENTUM = 128, 0.01, 0.5
 
 
@@ -75,10 +83,18 @@ def main() -> None:
     torch.manual_seed(0)
     x, y = torch.randn(BATCH, 1, 28, 28), torch.randint(0, 10, (BATCH,))
     base = MNIST()
+    def make_optimizer(ps):
+        return torch.optim.SGD(ps, lr=LR, momentum=MOMENTUM)
+    if args.eager_only:
+        return eager_only(base, make_optimizer, loss_of, x, y, args)
+    rates = eager_apart(__file__, args) if apart(args.eager_device) else None
+    import torch_xla.core.xla_model  # noqa: F401 - before any backward: autograd sizes its device queues
+
     figures = measure_modes(
         "mnist_cnn b128 sgd-momentum", base,
-        lambda ps: torch.optim.SGD(ps, lr=LR, momentum=MOMENTUM), loss_of, x, y,
-        lambda: floor_mode(base, x, y), args.steps, args.windows,
+        make_optimizer, loss_of, x, y,
+        lambda: floor_mode(base, x, y), args.steps, args.windows, args.eager_device,
+        rates,
     )
     finish(figures, args.json)
 

@@ -12,10 +12,17 @@ import jax
 import jax.numpy as jnp
 import torch
 import torch.nn.functional as F
-from common import Mode, finish, measure_modes, parse_args, train_step
+from common import (
+    Mode,
+    apart,
+    eager_apart,
+    eager_only,
+    finish,
+    measure_modes,
+    parse_args,
+    train_step,
+)
 from torch import nn
-
-import torch_xla.core.xla_model  # noqa: F401 - before any backward: autograd sizes its device queues
 
 VOCAB, D, HEADS, T, BATCH, LAYERS = 256, 128, 4, 64, 16, 2
 LR, BETAS, EPS, WD = 3e-4, (0.9, 0.999), 1e-8, 0.01
@@ -117,10 +124,18 @@ def main() -> None:
     tokens = torch.randint(0, VOCAB, (BATCH, T + 1))
     x, y = tokens[:, :-1], tokens[:, 1:]
     base = GPT()
+    def make_optimizer(ps):
+        return torch.optim.AdamW(ps, lr=LR, weight_decay=WD)
+    if args.eager_only:
+        return eager_only(base, make_optimizer, loss_of, x, y, args)
+    rates = eager_apart(__file__, args) if apart(args.eager_device) else None
+    import torch_xla.core.xla_model  # noqa: F401 - before any backward: autograd sizes its device queues
+
     figures = measure_modes(
         "small_gpt 2x128 T64 b16 adamw", base,
-        lambda ps: torch.optim.AdamW(ps, lr=LR, weight_decay=WD), loss_of, x, y,
-        lambda: floor_mode(base, x, y), args.steps, args.windows,
+        make_optimizer, loss_of, x, y,
+        lambda: floor_mode(base, x, y), args.steps, args.windows, args.eager_device,
+        rates,
     )
     finish(figures, args.json)
 
