@@ -121,10 +121,9 @@ REASONS: dict[str | tuple[str, str], str] = {
     ("torch_xla.core.xla_env_vars", "PJRT_DYNAMIC_PLUGINS"): NOT_BUILT + "the constant; "
     "plugins are always dynamic here, so nothing reads the variable",
     # torch_xla.core.xla_model
-    ("torch_xla.core.xla_model", "CoalescingBuckets"): NOT_BUILT + "bucketing helper; the "
-    "`*_bucketized` collectives here leave merging to XLA's combiner passes",
-    ("torch_xla.core.xla_model", "all_reduce_bucketized_gradients"): NOT_BUILT + "bucketed "
-    "gradient all-reduce (`xm.reduce_gradients` reduces per tensor)",
+    ("torch_xla.core.xla_model", "CoalescingBuckets"): NOT_BUILT + "upstream's bucketing "
+    "helper class; `all_reduce_bucketized_gradients` buckets gradients itself, and the other "
+    "`*_bucketized` collectives leave merging to XLA's combiner passes",
     ("torch_xla.core.xla_model", "DeviceContext"): NOT_BUILT + "upstream's per-device "
     "state record for its thread-per-device mode; state here is per process",
     ("torch_xla.core.xla_model", "ToXlaTensorArena"): NOT_BUILT + "upstream's helper class "
@@ -135,8 +134,6 @@ REASONS: dict[str | tuple[str, str], str] = {
     ("torch_xla.core.xla_model", "recv"): NOT_BUILT + "XLA Send/Recv point-to-point ops",
     ("torch_xla.core.xla_model", "set_replication"): NOT_BUILT + "upstream's "
     "thread-per-device replication set-up (XRT era); `xmp.spawn` sets replication up here",
-    ("torch_xla.core.xla_model", "xla_device_kind"): NOT_BUILT + "the PJRT device-kind "
-    "string (`xr.runtime_device_attributes(d)['device_kind']` has it)",
     # torch_xla.distributed
     ("torch_xla.distributed.parallel_loader", "PerDeviceQueue"): NOT_BUILT + "upstream's "
     "internal queue class of `ParallelLoader`",

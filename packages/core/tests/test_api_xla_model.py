@@ -13,6 +13,7 @@ import torch
 from conftest import run_python
 
 import torch_xla.core.xla_model as xm
+import torch_xla.runtime as xr
 
 
 @pytest.fixture
@@ -100,7 +101,10 @@ def _broadcast_worker(scale: float) -> list[float]:
     mine = [torch.full((2,), index + 1.0).to(device), torch.arange(4.0).to(device)]
     gathered = xm.all_gather_bucketized(mine, dim=0)
     scattered = xm.reduce_scatter_bucketized(xm.REDUCE_SUM, mine, 1.0, 0, 2)
-    return broadcast, [t.cpu().tolist() for t in gathered + scattered]
+    grads = [torch.full((2,), index + 1.0).to(device), (torch.arange(3.0) * index).to(device)]
+    xm.all_reduce_bucketized_gradients(grads, scale=0.5, groups=None, pin_layout=True,
+                                       bucket_cap_mb=1)
+    return broadcast, [t.cpu().tolist() for t in gathered + scattered + grads]
 
 
 def test_broadcast_master_param_and_run_multiprocess_over_two_processes():
@@ -115,8 +119,42 @@ def test_broadcast_master_param_and_run_multiprocess_over_two_processes():
     master = [1.0, 1.0, 10.0]  # rank 0's weight and bias; rank 1 started with 2.0 and 20.0
     gathered = [[1.0, 1.0, 2.0, 2.0], [0.0, 1.0, 2.0, 3.0, 0.0, 1.0, 2.0, 3.0]]
     scattered = {0: [[3.0], [0.0, 2.0]], 1: [[3.0], [4.0, 6.0]]}
+    reduced = [[1.5, 1.5], [0.0, 0.5, 1.0]]  # (1 + 2) / 2 and (0 + 1) * arange(3) / 2
     assert result.stdout.strip().splitlines()[-1] == str(
-        [(i, (master, gathered + scattered[i])) for i in (0, 1)])
+        [(i, (master, gathered + scattered[i] + reduced)) for i in (0, 1)])
+
+
+def test_gradient_buckets_fill_up_to_the_cap_in_order(monkeypatch):
+    """PyTorch/XLA's bucketing: gradients join a bucket until its bytes would pass the
+    cap; one larger than the cap is a bucket of its own; each bucket is one all_reduce."""
+    calls = []
+    monkeypatch.setattr(xm, "all_reduce", lambda op, ts, **kw: calls.append(
+        (op, [t.numel() for t in ts], kw)))
+    mib = 1024 * 1024 // 4  # float32 elements in one MiB
+    grads = [torch.zeros(n) for n in (mib // 2, mib // 2, 1, 3 * mib, mib // 4)]
+    xm.all_reduce_bucketized_gradients(grads, scale=0.25, groups=[[0, 1]], pin_layout=False,
+                                       bucket_cap_mb=1)
+    assert [sizes for _, sizes, _ in calls] == [[mib // 2, mib // 2], [1], [3 * mib],
+                                                [mib // 4]]
+    assert {op for op, _, _ in calls} == {xm.REDUCE_SUM}
+    assert all(kw == dict(scale=0.25, groups=[[0, 1]], pin_layout=False) for *_, kw in calls)
+
+
+def test_reduce_gradients_buckets_last_layer_first(monkeypatch):
+    buckets = []
+    monkeypatch.setattr(xm.xr, "world_size", lambda: 4)
+    monkeypatch.setattr(xm, "all_reduce_bucketized_gradients",
+                        lambda grads, **kw: buckets.append(([g.numel() for g in grads], kw)))
+    model = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Linear(3, 1))
+    model(torch.ones(1, 2)).sum().backward()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    monkeypatch.setenv("ALLREDUCE_GRADIENTS_BUCKET_SIZE_MB", "2")
+    xm.reduce_gradients(opt)
+    assert buckets == [([1, 3, 3, 6], dict(scale=0.25, groups=None, pin_layout=True,
+                                           bucket_cap_mb=2))]
+    monkeypatch.setenv("ALLREDUCE_GRADIENTS_BUCKET_SIZE_MB", "-1")
+    with pytest.raises(Exception, match="ALLREDUCE_GRADIENTS_BUCKET_SIZE_MB"):
+        xm.reduce_gradients(opt)
 
 
 def test_fork_rng_restores_the_state(device):
@@ -235,3 +273,10 @@ def test_bucketized_collectives_on_one_replica(device):
         xm.all_gather_bucketized(xs, pin_layout=True)
     with pytest.raises(ValueError, match="1 tensors for 2 inputs"):
         xm.all_gather_bucketized(xs, output=out[:1])
+
+
+def test_xla_device_kind_is_the_runtime_device_kind(device):
+    import jax
+
+    assert xm.xla_device_kind() == jax.devices()[0].device_kind == "cpu"
+    assert xm.xla_device_kind(device) == xr.runtime_device_attributes(device)["device_kind"]

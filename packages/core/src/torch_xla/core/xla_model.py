@@ -27,6 +27,7 @@ from torch_xla.lazy.tensor import XLATensor, device_index, not_xla_error
 from torch_xla.lowering import collectives
 from torch_xla.pjrt import distributed, threads
 from torch_xla.pjrt.client import client
+from torch_xla.plugins.env import env_int
 
 
 def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device:
@@ -44,6 +45,13 @@ def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device
         raise IndexError(f"Device index {index} out of range: xla:{index} does not exist; this "
                          f"process has {count} device(s), {get_xla_supported_devices()}.")
     return torch.device("xla", index)
+
+
+def xla_device_kind(device: str | torch.device | None = None) -> str:
+    """The PJRT device kind of `device` (xla:0 by default), as the runtime reports it:
+    e.g. 'cpu', 'NVIDIA H100 80GB HBM3', 'TPU v5 lite'."""
+    return str(xr.runtime_device_attributes(xla_device() if device is None else device)[
+        "device_kind"])
 
 
 def is_xla_tensor(tensor: torch.Tensor) -> bool:
@@ -196,6 +204,8 @@ def reduce_gradients(
     """Average the gradients of `optimizer`'s parameters over all replicas.
 
     As in PyTorch/XLA the sum is scaled by 1 / world_size() (also with `groups`).
+    With `ALLREDUCE_GRADIENTS_BUCKET_SIZE_MB` set above 0, the gradients are reduced in
+    buckets of about that size, last layer first (`all_reduce_bucketized_gradients`).
     """
     count = xr.world_size()
     if count > 1:
@@ -203,7 +213,39 @@ def reduce_gradients(
             p.grad for group in optimizer.param_groups for p in group["params"]
             if p.grad is not None
         ]
-        all_reduce(REDUCE_SUM, gradients, scale=1.0 / count, groups=groups, pin_layout=pin_layout)
+        bucket_cap_mb = env_int(BUCKET_SIZE_ENV, 0, minimum=0)
+        if bucket_cap_mb > 0:
+            all_reduce_bucketized_gradients(
+                gradients[::-1], scale=1.0 / count, groups=groups, pin_layout=pin_layout,
+                bucket_cap_mb=bucket_cap_mb)
+        else:
+            all_reduce(REDUCE_SUM, gradients, scale=1.0 / count, groups=groups,
+                       pin_layout=pin_layout)
+
+
+BUCKET_SIZE_ENV = "ALLREDUCE_GRADIENTS_BUCKET_SIZE_MB"
+
+
+def all_reduce_bucketized_gradients(
+    gradients: list[torch.Tensor], scale: float, groups: list[list[int]] | None,
+    pin_layout: bool, bucket_cap_mb: int = 0,
+) -> None:
+    """Sum `gradients` over replicas, in place and scaled by `scale`, as one all-reduce per
+    bucket: consecutive gradients are gathered until their bytes pass `bucket_cap_mb`
+    MiB (a gradient larger than that is a bucket of its own; 0 makes every gradient
+    its own bucket)."""
+    cap = bucket_cap_mb * 1024 * 1024
+    bucket: list[torch.Tensor] = []
+    size = 0
+    for grad in gradients:
+        nbytes = grad.numel() * grad.element_size()
+        if bucket and size + nbytes > cap:
+            all_reduce(REDUCE_SUM, bucket, scale=scale, groups=groups, pin_layout=pin_layout)
+            bucket, size = [], 0
+        bucket.append(grad)
+        size += nbytes
+    if bucket:
+        all_reduce(REDUCE_SUM, bucket, scale=scale, groups=groups, pin_layout=pin_layout)
 
 
 # --- collectives ------------------------------------------------------------------
