@@ -14,6 +14,7 @@ Modules, bottom-up (each imports only those above it in this list):
   dump          XLA_SAVE_TENSORS_FILE, XLA_METRICS_FILE, the *_OPBYOP switches
   replicas      compiling and running programs that span every process's device
   compiler      a walked graph as one jitted JAX function; the in-memory program cache
+  plans         a graph's walk kept by its roots' hashes, replayed while its structure repeats
   graph         sync, mark_step, materialize: walk, look up or compile, execute
   eager         eager mode: each recorded op compiled (once) and run at once
   fallback      running an op on the CPU

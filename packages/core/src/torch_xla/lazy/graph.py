@@ -31,7 +31,10 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Sequence
+from itertools import chain
+from operator import add, attrgetter, itemgetter, sub
 from typing import Any
 
 import jax
@@ -39,7 +42,17 @@ import torch
 from torch.utils._pytree import tree_leaves
 
 from torch_xla import _metrics
-from torch_xla.lazy import compiler, dump, functional, ir, replicas, rng, sharding, transfer
+from torch_xla.lazy import (
+    compiler,
+    dump,
+    functional,
+    ir,
+    plans,
+    replicas,
+    rng,
+    sharding,
+    transfer,
+)
 from torch_xla.lazy.tensor import XLATensor, forget_pending, pending_tensors, take_pending
 from torch_xla.pjrt import spmd, threads
 from torch_xla.pjrt.client import client
@@ -58,6 +71,11 @@ _LOCK_WAIT = _metrics.metric("DeviceLockWait")
 _UNWRAP = _metrics.metric("UnwrapXlaData")
 _WRAP = _metrics.metric("WrapXlaData")
 _EXECUTE_REPLICATED = _metrics.counter("ExecuteReplicated")
+
+_inputs = attrgetter("inputs")
+_rule = attrgetter("rule")
+_tensor_node = attrgetter("_node")
+_node = itemgetter(0)
 
 # PyTorch/XLA's switch for donating the buffers of tensors a sync overwrites.
 PARAM_ALIASING_VARIABLE = "XLA_ENABLE_PARAM_ALIASING"
@@ -192,12 +210,13 @@ def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False,
     `synced`: the tensors that receive the results (the caller sets each to its value
     right after), which lets the graph take over buffers nothing else can read (donation).
     In SPMD mode the inputs are global arrays and their layouts are part of the key."""
-    order, position, leaves, shared = walk(values)
+    roots = tuple([(n.hash, i) for n, i in values])
+    order, position, leaves, plan = plans.walked(roots, values, walk)
     laid_out = spmd.enabled()
     donate = ()
     if synced is not None and not eager and not laid_out and param_aliasing():
-        donate = _donations(order, leaves, values, synced)
-    key = (device, tuple([(n.hash, i) for n, i in values]), tuple(shared), donate)
+        donate = _donations(order, leaves, values, synced, plan)
+    key = (device, roots, plan.shared, donate)
     with _device_lock(device):
         start = time.perf_counter()
         arrays = [leaf.array for leaf in leaves]
@@ -211,8 +230,8 @@ def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False,
     if laid_out:
         _EXECUTE_REPLICATED.value += 1
     if dump.SAVE_FILE:
-        dump.save_graph(device, order, position, values, program.compiled,
-                        replicas.dump_ordinal(device))
+        dump.save_graph(device, order, position or plans.positions(order), values,
+                        program.compiled, replicas.dump_ordinal(device))
     start = time.perf_counter()
     datas = [
         ir.Data(array, n.avals[i], device, laid_out and sharding.output_mark(n, array),
@@ -223,74 +242,95 @@ def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False,
     return datas
 
 
-def _donations(order: list, leaves: list, values: list, synced: list) -> tuple[int, ...]:
+def _donations(order: list, leaves: list, values: list, synced: list,
+               plan: plans.Plan) -> tuple[int, ...]:
     """The positions of the `leaves` whose buffers the graph may take over: the leaf owns
     its array (no other leaf or cache holds it), has elements, an output of its shape and
-    dtype can reuse it, and nothing outside this graph reaches it.
-
-    The last is proved with reference counts: every reference to the leaf, and to each
-    node above it, must be one of the graph's own (an input entry of a graph node, an
-    input list, `order`, `leaves`, `values`) or the `_node` of a tensor of `synced`, which
-    drops it when it takes its result. Anything else (a live tensor or view, its storage,
-    pending IR this sync leaves alone, a tensor saved for backward, a cache) is one more
-    reference, and then nothing below it is donated. The count errs one way only: a
-    reference we did not expect keeps a buffer, never the other way round."""
-    wanted: dict = {}
-    for n, i in values:
-        wanted[n.avals[i]] = wanted.get(n.avals[i], 0) + 1
-    if not any(leaf.owned and _has_elements(leaf) and leaf.avals[0] in wanted
-               for leaf in leaves):
+    dtype can reuse it (`plan.donatable`), and nothing outside this graph reaches it
+    (`_reached`)."""
+    owned = [(k, aval) for k, aval in plan.donatable if leaves[k].owned]
+    if not owned:
         return ()
-    expected: dict[int, int] = {}  # id(object) -> the references to it we account for
-    entries: dict[int, tuple] = {}  # the distinct (node, index) tuples of the graph
-    for t in {id(t): t for t in synced}.values():
-        expected[id(t._node)] = expected.get(id(t._node), 0) + 1
-    for entry in values:
-        _count_entry(entry, entries, expected)
-    for n in order:
-        if n.rule is None:
-            expected[id(n)] = expected.get(id(n), 0) + 2  # `order` and `leaves`
-            continue
-        if getattr(n.rule, "collective", False):
-            return ()  # a replicated program: its replicas run without donation
-        expected[id(n)] = expected.get(id(n), 0) + 1  # `order`
-        expected[id(n.inputs)] = expected.get(id(n.inputs), 0) + 1
-        for entry in n.inputs:
-            _count_entry(entry, entries, expected)
-    reached: set[int] = set()  # nodes something outside the graph may still read
-    for entry in entries.values():  # 3: the argument, `entry` and `entries`
-        if sys.getrefcount(entry) - 3 > expected[id(entry)]:
-            reached.add(id(entry[0]))
-    for n in reversed(order):  # every node before its inputs
-        if sys.getrefcount(n) - 2 > expected[id(n)]:  # 2: the argument and `n`
-            reached.add(id(n))
-        if n.rule is None:
-            continue
-        if id(n) in reached or sys.getrefcount(n.inputs) - 1 > expected[id(n.inputs)]:
-            for child, _ in n.inputs:
-                reached.add(id(child))
+    rules = list(map(_rule, order))
+    if any(getattr(rule, "collective", False) for rule in dict(zip(map(id, rules), rules,
+                                                                   strict=True)).values()):
+        return ()  # a replicated program: its replicas run without donation
+    del rules
+    reached = _reached(order, leaves, values, synced, plan)
+    wanted = plan.wanted.copy()
     donate = []
-    for k, leaf in enumerate(leaves):
-        aval = leaf.avals[0]
-        if (leaf.owned and _has_elements(leaf) and wanted.get(aval)
-                and id(leaf) not in reached and not leaf.array.is_deleted()):
+    for k, aval in owned:
+        leaf = leaves[k]
+        if wanted[aval] and id(leaf) not in reached and not leaf.array.is_deleted():
             wanted[aval] -= 1
             donate.append(k)
     return tuple(donate)
 
 
-def _has_elements(leaf: ir.Data) -> bool:
-    """Not a scalar (nothing to gain) and not empty (nothing for XLA to alias)."""
-    shape = leaf.avals[0][0]
-    return bool(shape) and 0 not in shape
+def _reached(order: list, leaves: list, values: list, synced: list,
+             plan: plans.Plan) -> set[int]:
+    """The ids of the nodes something outside this graph may still read.
+
+    Proved with reference counts: every reference to a node, to each (node, index) entry
+    and to each node's input list must be one of the graph's own (an entry held by an
+    input list or by `values`, `order`, `leaves`) or the `_node` of a tensor of `synced`,
+    which drops it when it takes its result. Anything else (a live tensor or view, its
+    storage, pending IR this sync leaves alone, a tensor saved for backward, a cache) is
+    one more reference: that node, and everything below it, is reached. The count errs
+    one way only: a reference we did not expect keeps a buffer, never the other way
+    round. Counted by `map` over whole lists, against the references the plan expects."""
+    lists = list(filter(None, map(_inputs, order)))  # `()` is every input-less node's
+    entries = list(chain.from_iterable(lists))
+    entries += values
+    reached, _ = _held_elsewhere(lists, _children)
+    entry_reached, distinct = _held_elsewhere(entries, _node_of)
+    reached |= entry_reached
+    if distinct or len(set(map(id, entries))) == len(entries):
+        expected = plan.base
+    else:  # a tuple in several input lists: its node is held once, not once per list
+        held = Counter(map(id, map(_node, dict(zip(map(id, entries), entries,
+                                                     strict=True)).values())))
+        expected = list(map(add, plans.base_without_entries(plan),
+                            map(held.__getitem__, map(id, order))))
+    del entries, lists
+    counts = list(map(sys.getrefcount, order))
+    extra = list(map(sub, counts, expected))  # 1 (`map`'s) and the references unaccounted
+    if max(extra) > 1:
+        synced = dict(zip(map(id, synced), synced, strict=True)).values()
+        tensors = Counter(map(id, map(_tensor_node, synced)))
+        reached.update([id(n) for n, e in zip(order, extra, strict=True)
+                        if e > 1 and e - 1 > tensors[id(n)]])
+    if reached:
+        for n in reversed(order):  # every node before its inputs
+            if id(n) in reached:
+                reached.update(_children(n.inputs))
+    return reached
 
 
-def _count_entry(entry: tuple, entries: dict, expected: dict) -> None:
-    """One more holder of the tuple `entry`; its node is held once per distinct tuple."""
-    if id(entry) not in entries:
-        entries[id(entry)] = entry
-        expected[id(entry[0])] = expected.get(id(entry[0]), 0) + 1
-    expected[id(entry)] = expected.get(id(entry), 0) + 1
+def _held_elsewhere(objects: list, below) -> tuple[set[int], bool]:
+    """(the nodes `below` those of `objects` held outside the graph, whether each object
+    is listed once and held nowhere else).
+
+    An object listed k times (in the input lists of nodes, or as an entry in an input
+    list or `values`) has k holders in the graph, k more from `objects` and one from
+    `map`."""
+    counts = list(map(sys.getrefcount, objects))
+    if max(counts, default=0) <= 3:
+        return set(), True
+    reached: set[int] = set()
+    listed = Counter(map(id, objects))
+    for obj, count in zip(objects, counts, strict=True):
+        if count - 1 > 2 * listed[id(obj)]:
+            reached.update(below(obj))
+    return reached, False
+
+
+def _children(inputs) -> map:
+    return map(id, map(_node, inputs))
+
+
+def _node_of(entry: tuple) -> tuple[int]:
+    return (id(entry[0]),)
 
 
 def _on_every_device(leaves: list[ir.Data], arrays: list) -> list:
@@ -303,13 +343,15 @@ def _on_every_device(leaves: list[ir.Data], arrays: list) -> list:
     return placed
 
 
-def _program(key: tuple, device: int, order: list, position: dict, leaves: list,
+def _program(key: tuple, device: int, order: list, position: dict | None, leaves: list,
              arrays: list, values: list, eager: bool, donate: tuple = ()
              ) -> compiler.Program:
     programs = compiler.cache()
     program = programs.get(key)
     if program is None:
         _UNCACHED.value += 1
+        if position is None:  # the walk was replayed from its plan
+            position = plans.positions(order)
         out_layouts = None
         if spmd.enabled() and not arrays:  # jax would run it on one device
             out_layouts = sharding.output_layouts(values)
@@ -377,3 +419,4 @@ def _execute_op_by_op(device: int, values: list[tuple[ir.Node, int]]) -> list[ir
         outs = iter(execute(device, wanted))
         done[id(node)] = [None if aval is None else next(outs) for aval in node.avals]
     return [done[id(n)][i] for n, i in values]
+
