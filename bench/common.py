@@ -322,17 +322,17 @@ def measure_modes(name: str, base, make_optimizer, loss_of, x, y, floor: Callabl
     rates.update({k: m.rates for k, m in modes.items()})
     return Figures(name, steps, windows, rates, lazy.cache,
                    dynamo.cache, lazy_loss, dynamo_loss, xla_host_cost(record),
-                   eager_device=eager_device, xla_device=_xla_device_kind(),
-                   floor_device=_floor_device_kind())
+                   eager_device=eager_device, xla_device=_xla_device_type(),
+                   floor_device=_floor_platform())
 
 
-def _xla_device_kind() -> str:
+def _xla_device_type() -> str:
     import torch_xla.runtime as xr
 
     return xr.device_type()
 
 
-def _floor_device_kind() -> str:
+def _floor_platform() -> str:
     import jax
 
     return jax.devices()[0].platform

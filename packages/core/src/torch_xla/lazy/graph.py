@@ -252,10 +252,9 @@ def _donations(order: list, leaves: list, values: list, synced: list,
     if not owned:
         return ()
     rules = list(map(_rule, order))
-    if any(getattr(rule, "collective", False) for rule in dict(zip(map(id, rules), rules,
-                                                                   strict=True)).values()):
+    distinct = dict(zip(map(id, rules), rules, strict=True)).values()  # rules are shared
+    if any(getattr(rule, "collective", False) for rule in distinct):
         return ()  # a replicated program: its replicas run without donation
-    del rules
     reached = _reached(order, leaves, values, synced, plan)
     wanted = plan.wanted.copy()
     donate = []
