@@ -46,8 +46,7 @@ TPU_ONLY = "TPU-only, comes from torch-xla-tpu"
 NOT_BUILT = "not built yet: "
 REASONS: dict[str | tuple[str, str], str] = {
     # whole modules
-    "torch_xla.distributed.spmd": NOT_BUILT + "(issue 11) `shard_as`, "
-    "`annotate_custom_sharding`, auto-sharding policies, DTensor's "
+    "torch_xla.distributed.spmd": NOT_BUILT + "(issue 11) auto-sharding policies, DTensor's "
     "`xla_distribute_module`/`xla_distribute_tensor`",
     "torch_xla.experimental.spmd_fully_sharded_data_parallel": ISSUE_11 + " (FSDP v2 over SPMD)",
     "torch_xla._dynamo": ISSUE_12,

@@ -65,7 +65,20 @@ def test_tensors_hlo_lowers_the_pending_graph(device):
     hlo = xlac._get_xla_tensors_hlo([b])
     assert hlo.startswith("HloModule")
     assert "multiply" in hlo and "parameter(0)" in hlo
+    # parameters named as PyTorch/XLA names them, in the signature and in the operands
+    assert "%p0.1 = f32[4]{0} parameter(0)" in hlo, hlo
+    assert "(p0.1: f32[4])" in hlo and "%p0.1, " in hlo and "Arg_" not in hlo, hlo
     assert b.cpu().tolist() == [0.0, 3.0, 6.0, 9.0]
+
+
+def test_iota_device_lists_are_written_out():
+    from torch_xla.pjrt import spmd
+
+    assert spmd.explicit_device_lists("sharding={devices=[2,2]<=[4]}, x") == \
+        "sharding={devices=[2,2]0,1,2,3}, x"
+    assert spmd.explicit_device_lists("{devices=[4,2]<=[2,4]T(1,0) last_tile_dim_replicate}") \
+        == "{devices=[4,2]0,4,1,5,2,6,3,7 last_tile_dim_replicate}"
+    assert spmd.explicit_device_lists("{devices=[2,1]1,0}") == "{devices=[2,1]1,0}"
 
 
 def test_step_marker_sync_multi_and_cache_count(device):

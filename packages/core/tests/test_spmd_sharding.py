@@ -138,6 +138,124 @@ print("ok")
     assert out.strip().endswith("ok")
 
 
+def test_a_marked_tensor_keeps_its_sharding_through_in_place_updates():
+    """PyTorch/XLA keeps a sharding on the tensor: an in-place op's new value (pending, or
+    device data after a sync, or written from the host) is laid out as marked."""
+    out = run_spmd("""
+mesh = xs.Mesh(np.arange(n), (1, n))
+t = torch.arange(16.0).reshape(2, 8)
+xt = t.to("xla")
+xs.mark_sharding(xt, mesh, (0, 1))
+spec = torch_xla._XLAC._get_xla_sharding_spec(xt)
+assert spec == "{devices=[1,4]0,1,2,3}", spec
+xt.add_(1)
+assert torch_xla._XLAC._get_xla_sharding_spec(xt) == spec
+hlo = torch_xla._XLAC._get_xla_tensors_hlo([xt])
+assert 'custom_call_target="Sharding"' in hlo, hlo
+torch_xla.sync()
+assert torch_xla._XLAC._get_xla_sharding_spec(xt) == spec
+assert [tuple(s.data.shape) for s in xs.XLAShardedTensor(xt).local_shards] == [(2, 2)] * 4
+assert torch.equal(xt.cpu(), t + 1)
+# a write from the host, a write through a view, and steps of an optimizer
+xt.copy_(torch.ones(2, 8))
+xt[0].mul_(3)
+torch_xla.sync()
+assert torch_xla._XLAC._get_xla_sharding_spec(xt) == spec
+assert torch.equal(xt.cpu(), torch.tensor([[3.0] * 8, [1.0] * 8]))
+w = torch.nn.Parameter(torch.ones(4, 8).to("xla"))
+xs.mark_sharding(w, mesh, (None, 1))
+opt = torch.optim.Adam([w], lr=0.1)
+for _ in range(2):
+    opt.zero_grad(); (w * w).sum().backward(); opt.step(); torch_xla.sync()
+assert torch_xla._XLAC._get_xla_sharding_spec(w) == "{devices=[1,4]0,1,2,3}"
+assert [tuple(s.data.shape) for s in xs.XLAShardedTensor(w).local_shards] == [(4, 2)] * 4
+# cleared: the next update is not laid out again
+xs.clear_sharding(xt)
+xt.add_(1)
+torch_xla.sync()
+assert torch_xla._XLAC._get_xla_sharding_spec(xt) in ("", "{replicated}"), \
+    torch_xla._XLAC._get_xla_sharding_spec(xt)
+print("ok")
+""")
+    assert out.strip().endswith("ok")
+
+
+def test_sharded_data_is_not_marked_again_another_way_but_can_get_a_custom_sharding():
+    """`mark_sharding` refuses to re-lay sharded data (PyTorch/XLA's 'Existing annotation
+    must be cleared first'); `annotate_custom_sharding` lays it out anew inside the next
+    program, and the result keeps the new layout."""
+    out = run_spmd("""
+t = torch.randn(2, 4, 8, 8)
+xt = t.to("xla")
+xs.mark_sharding(xt, xs.Mesh(np.arange(n), (1, 1, 2, 2)), (0, 1, 2, 3))
+original = torch_xla._XLAC._get_xla_sharding_spec(xt)
+xs.mark_sharding(xt, xs.Mesh(np.arange(n), (1, 1, 2, 2)), (0, 1, 2, 3))   # the same: fine
+other = xs.Mesh(np.arange(n), (1, 1, 1, n))
+try:
+    xs.mark_sharding(xt, other, (0, 1, 2, 3))
+except RuntimeError as e:
+    assert "Existing annotation must be cleared first" in str(e), e
+    assert "xs.clear_sharding" in str(e), e
+else:
+    raise AssertionError("re-marked sharded data another way")
+assert torch_xla._XLAC._get_xla_sharding_spec(xt) == original
+xs.annotate_custom_sharding(xt, other, (0, 1, 2, 3))
+custom = torch_xla._XLAC._get_xla_sharding_spec(xt)
+assert custom == "{devices=[1,1,1,4]0,1,2,3}" and custom != original, custom
+hlo = torch_xla._XLAC._get_xla_tensors_hlo([xt])
+assert "%p0.1 = f32[2,4,8,8]{3,2,1,0} parameter(0), sharding={devices=[1,1,2,2]0,1,2,3}" \
+    in hlo, hlo                                                   # the data as it is
+assert 'custom-call(f32[2,4,8,8]{3,2,1,0} %p0.1), custom_call_target="Sharding", ' \
+    'sharding={devices=[1,1,1,4]0,1,2,3}' in hlo, hlo
+torch_xla.sync()
+assert torch_xla._XLAC._get_xla_sharding_spec(xt) == custom
+assert [tuple(s.data.shape) for s in xs.XLAShardedTensor(xt).local_shards] == [(2, 4, 8, 2)] * 4
+assert torch.equal(xt.cpu(), t)
+# cleared, it can be marked any way
+xs.clear_sharding(xt)
+xs.mark_sharding(xt, xs.Mesh(np.arange(n), (1, n, 1, 1)), (0, 1, 2, 3))
+assert torch_xla._XLAC._get_xla_sharding_spec(xt) == "{devices=[1,4,1,1]0,1,2,3}"
+assert torch.equal(xt.cpu(), t)
+print("ok")
+""")
+    assert out.strip().endswith("ok")
+
+
+def test_shard_as_lays_two_tensors_out_alike_and_their_gradients_too():
+    out = run_spmd("""
+mesh = xs.Mesh(np.arange(n), (n,))
+x = torch.arange(8.0, device="xla")
+x = xs.mark_sharding_with_gradients(x, mesh, (0,))
+y = torch.arange(8.0, device="xla") * 2
+x, y = xs.shard_as(x, y)
+torch_xla.sync()
+assert torch_xla._XLAC._get_xla_sharding_spec(x) == "{devices=[4]0,1,2,3}"
+assert torch_xla._XLAC._get_xla_sharding_spec(y) == "{devices=[4]0,1,2,3}"
+assert torch.equal(y.cpu(), torch.arange(8.0) * 2)
+# pytrees, None leaves, and gradients
+a = torch.randn(8, 4, requires_grad=True)
+b = torch.randn(8, 4, requires_grad=True)
+xa = a.detach().to("xla").requires_grad_()
+xb = b.detach().to("xla").requires_grad_()
+ma = xs.mark_sharding_with_gradients(xa, xs.Mesh(np.arange(n), (n, 1)), (0, None))
+(oa, none_a), (ob, none_b) = xs.shard_as((ma, None), (xb, None))
+assert none_a is None and none_b is None
+(oa * ob).sum().backward()
+torch_xla.sync()
+assert torch.allclose(xa.grad.cpu(), b) and torch.allclose(xb.grad.cpu(), a)
+for bad, words in [(((x,), (y, y)), "same structure"), (((x, None), (None, y)), "None in both"),
+                   ((x, torch.zeros(3, device="xla")), "of one shape")]:
+    try:
+        xs.shard_as(*bad)
+    except ValueError as e:
+        assert words in str(e), e
+    else:
+        raise AssertionError(bad)
+print("ok")
+""")
+    assert out.strip().endswith("ok")
+
+
 def test_shards_round_trip_through_the_host():
     out = run_spmd("""
 mesh = xs.Mesh(np.arange(n), (n,))

@@ -240,10 +240,13 @@ def _attributes(jax_device: Any) -> dict[str, object]:
 
 
 def _sharded_engine_tensor(tensor: Any) -> Any:
-    """The engine tensor of an XLA tensor or of an `XLAShardedTensor` around one."""
-    from torch_xla.lazy import functional
+    """The engine tensor of an XLA tensor or of an `XLAShardedTensor` around one (with the
+    sharding the user marked it with, after in-place updates too)."""
+    from torch_xla.lazy import functional, sharding
 
-    return functional.unwrap(getattr(tensor, "global_tensor", tensor))
+    tensor = getattr(tensor, "global_tensor", tensor)
+    sharding.keep_annotations(tensor)
+    return functional.unwrap(tensor)
 
 
 def _get_xla_sharding_spec(tensor: Any) -> str:
@@ -265,12 +268,22 @@ def _xla_mark_sharding(tensor: Any, sharding: Any) -> None:
     """Lay `tensor` out as `sharding` (what `Mesh.get_op_sharding(spec)` returns)."""
     from torch_xla.lazy import sharding as layouts
 
-    layouts.annotate(_sharded_engine_tensor(tensor), sharding)
+    layouts.mark(getattr(tensor, "global_tensor", tensor), sharding)
+
+
+def _xla_annotate_custom_sharding(tensor: Any, sharding: Any) -> None:
+    """A constraint laying out `tensor`'s value as `sharding` inside the next program,
+    its data left where it is (`xs.annotate_custom_sharding`)."""
+    from torch_xla.lazy import sharding as layouts
+
+    layouts.mark_custom(getattr(tensor, "global_tensor", tensor), sharding)
 
 
 def _xla_clear_sharding(tensor: Any) -> None:
     from torch_xla.lazy import sharding
 
+    tensor = getattr(tensor, "global_tensor", tensor)
+    sharding.forget(tensor)
     sharding.clear(_sharded_engine_tensor(tensor))
 
 
@@ -414,8 +427,10 @@ def _xla_get_num_cached_compilation_graph() -> int:
 
 def _pending_graph(tensors: list) -> tuple[list, dict, list, list]:
     """(post-order nodes, position of each node, data leaves, root values) of `tensors`."""
-    from torch_xla.lazy import functional, graph
+    from torch_xla.lazy import functional, graph, sharding
 
+    for t in tensors:
+        sharding.keep_annotations(t)
     values = [functional.unwrap(t).value for t in tensors]
     order, position, leaves, _ = graph.walk(values)
     return order, position, leaves, values

@@ -23,6 +23,7 @@ graph as HLO in PyTorch/XLA's layout (`torch_xla._XLAC._get_xla_tensors_hlo`).
 from __future__ import annotations
 
 import os
+import re
 import threading
 import traceback
 from typing import Any
@@ -33,6 +34,7 @@ from jax._src.lib import hlo as xla_hlo
 
 from torch_xla import _metrics
 from torch_xla.lazy import dtype_policy, ir
+from torch_xla.pjrt import spmd
 
 FORMATS = ("text", "dot", "hlo")
 # Set by `configure()`: at import, and again at the first sync (graph.py checks READ).
@@ -138,7 +140,8 @@ def ir_text(order: list, position: dict[int, int], values: list) -> str:
 def hlo_text(lowered: Any) -> str:
     """The HLO module of a lowered (not compiled) graph, printed as PyTorch/XLA prints it:
     `%all-reduce.3 = f32[2]{0} all-reduce(f32[2]{0} %p0.1), ...` (names from opcodes,
-    `%` before names, operand shapes), which its tests match with regular expressions."""
+    `%` before names, operand shapes, parameters `p<k>`, device lists written out), which
+    its tests match with regular expressions."""
     # Without locations, XLA names each instruction after its opcode, not jax's op name.
     module = mlir.module_to_string(lowered.compiler_ir("stablehlo"), enable_debug_info=False)
     computation = _jax.mlir.mlir_module_to_xla_computation(module, use_tuple_args=False,
@@ -147,7 +150,12 @@ def hlo_text(lowered: Any) -> str:
     options.print_percent = True
     options.print_operand_shape = True
     options.print_metadata = False
-    return computation.as_hlo_module().to_string(options)
+    text = computation.as_hlo_module().to_string(options)
+    return spmd.explicit_device_lists(_PARAMETER.sub(r"p\1.\2", text))
+
+
+# jax names parameter k of a computation `Arg_k.N`; PyTorch/XLA's builder names it `pk.N`.
+_PARAMETER = re.compile(r"\bArg_(\d+)\.(\d+)\b")
 
 
 def _dot(order: list, position: dict[int, int], values: list) -> str:

@@ -98,6 +98,8 @@ def sync(tensors: Sequence[XLATensor] | None = None) -> None:
     if not dump.READ:
         dump.configure(at_sync=True)
     full = tensors is None
+    if full:
+        sharding.keep_annotations()  # marked tensors' layouts, on values in-place ops gave
     mine = threads.current()  # a thread that chose its device syncs only that device
     if full and mine is not None:
         roots = take_pending(mine)

@@ -14,16 +14,24 @@ sharding whose tiles do not divide it stays replicated on every device and carri
 annotation beside it (`ir.Data.annotated` is then that sharding, not `True`): `spec`
 reports it, it survives a step, and `local_shards` cuts the zero-padded tiles
 PyTorch/XLA's devices would hold from each device's copy.
+
+A sharding belongs to the tensor the user marked (`mark`), not to its current value, as
+in PyTorch/XLA: after `t.add_(1)` (or an optimizer's update of a parameter) the new value
+is laid out as before. Functionalization swaps the value inside the user's tensor in C++
+with no hook for us, so marked tensors are remembered (weakly) and their annotation is put
+on a new value at the next sync or sharding query (`keep_annotations`).
 """
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import numpy as np
 import torch
+from jax.experimental.shard_alike import shard_alike
 from torch._subclasses.functional_tensor import FunctionalTensor
 
 from torch_xla.lazy import ir, nodes, transfer
@@ -38,6 +46,7 @@ FULL_TO_SHARD_OP = "xla::spmd_full_to_shard_shape"
 MANUAL_OP = "xla::manual_sharding"
 SHARD_TO_FULL_OP = "xla::spmd_shard_to_full_shape"
 MANUAL_OPS = frozenset({FULL_TO_SHARD_OP, MANUAL_OP, SHARD_TO_FULL_OP})
+SHARD_ALIKE_OP = "xla::shard_alike"
 
 
 class NotSpmdError(RuntimeError):
@@ -76,12 +85,16 @@ def check_spmd(what: str) -> None:
         )
 
 
-def annotate(t: XLATensor, sharding: Any) -> None:
-    """Lay `t` out as the jax `sharding` (device data now; a pending value in its graph)."""
+def annotate(t: XLATensor, sharding: Any, refuse_other: bool = False) -> None:
+    """Lay `t` out as the jax `sharding` (device data now; a pending value in its graph).
+    `refuse_other` (a user's mark): device data already sharded another way is refused,
+    as PyTorch/XLA refuses it, and the same sharding again changes nothing."""
     check_spmd("Sharding a tensor")
     node, index = t._node, t._index
     aval = node.avals[index]
     if node.rule is None:
+        if refuse_other and _refused(node, sharding):
+            return
         if _divides(sharding, aval[0]):
             array = jax.device_put(node.array, sharding)
             t._set(ir.Data(array, aval, node.device, annotated=True))
@@ -95,6 +108,54 @@ def annotate(t: XLATensor, sharding: Any) -> None:
     layout = Layout(sharding, len(aval[0]))
     t._set(nodes.engine_node(CONSTRAINT_OP, _constrain, (layout,), [(node, index)], aval,
                              node.device))
+
+
+def _refused(node: ir.Data, sharding: Any) -> bool:
+    """For a user's new mark on device data: True when the data already has this layout
+    (nothing to do); raises when it is sharded another way."""
+    current = data_layout(node)
+    if current is None:
+        return False
+    ndim = len(node.avals[0][0])
+    devices = client().global_devices
+    have, want = spmd.sharding_text(current, ndim, devices), spmd.sharding_text(sharding, ndim,
+                                                                               devices)
+    if have == want:
+        return True
+    if sharding_is_replicated(current, ndim):
+        return False
+    raise RuntimeError(
+        f"Existing annotation must be cleared first: the tensor is sharded as {have}, so it "
+        f"cannot be marked {want}. Call xs.clear_sharding(t) before marking it again, or "
+        "use xs.annotate_custom_sharding(t, mesh, spec) to lay out what is computed from it "
+        "another way without moving its data.")
+
+
+def annotate_custom(t: XLATensor, sharding: Any) -> None:
+    """A sharding constraint over `t`'s current value, device data included, whose layout
+    stays as it is (PyTorch/XLA's `annotate_custom_sharding`): the partitioner lays out
+    the value as `sharding` inside the next program, and its result keeps it."""
+    check_spmd("Annotating a tensor with a custom sharding")
+    node, index = t._node, t._index
+    aval = node.avals[index]
+    layout = Layout(sharding, len(aval[0]))
+    t._set(nodes.engine_node(CONSTRAINT_OP, _constrain, (layout,), [(node, index)], aval,
+                             node.device))
+
+
+def _shard_alike(x: Any, y: Any) -> tuple:
+    return shard_alike(x, y)
+
+
+def shard_like(a: XLATensor, b: XLATensor) -> list[XLATensor]:
+    """`a` and `b` as two new tensors that the partitioner lays out alike, whichever
+    layout it chooses for them (jax's `shard_alike`; PyTorch/XLA's `xs.shard_as`)."""
+    check_spmd("xs.shard_as")
+    if tuple(a.shape) != tuple(b.shape):
+        raise ValueError(f"xs.shard_as: tensors of shapes {tuple(a.shape)} and "
+                         f"{tuple(b.shape)} cannot be laid out alike; give tensors of one shape.")
+    return nodes.custom(_shard_alike, SHARD_ALIKE_OP, [a, b], {},
+                        [a._node.avals[a._index], b._node.avals[b._index]])
 
 
 def relayout(t: torch.Tensor, how: Callable[[XLATensor], None]) -> None:
@@ -121,6 +182,104 @@ def relayout(t: torch.Tensor, how: Callable[[XLATensor], None]) -> None:
     torch._functionalize_replace(t, fresh)
     torch._functionalize_commit_update(t)
     torch._sync(t)
+
+
+# --- annotations a marked tensor keeps across in-place updates -----------------------------
+
+
+class _Kept:
+    """A tensor the user marked, the sharding it keeps, and the value last seen in it."""
+
+    __slots__ = ("tensor", "sharding", "value")
+
+    def __init__(self, tensor: Any, sharding: Any, value: XLATensor) -> None:
+        self.tensor, self.sharding, self.value = tensor, sharding, weakref.ref(value)
+
+
+_kept: dict[int, _Kept] = {}  # by id() of the user's functional tensor
+
+
+def _base(t: torch.Tensor) -> torch.Tensor | None:
+    """The functional tensor whose value `t`'s annotation lives on (None for an engine
+    tensor or a view, whose value functionalization regenerates from its base)."""
+    if type(t) is FunctionalTensor:
+        t = t.elem
+    if type(t) is XLATensor or not torch._is_functional_tensor(t) or t._is_view():
+        return None
+    return t
+
+
+def mark(t: torch.Tensor, sharding: Any) -> None:
+    """A user's `xs.mark_sharding`: lay `t` out as `sharding` (`annotate`, refusing data
+    sharded another way) and keep the annotation on `t` across in-place updates."""
+    relayout(t, lambda inner: annotate(inner, sharding, refuse_other=True))
+    _remember(t, sharding)
+
+
+def mark_custom(t: torch.Tensor, sharding: Any) -> None:
+    """A user's `xs.annotate_custom_sharding`: a constraint over `t`'s value
+    (`annotate_custom`); `t` keeps the new sharding from now on."""
+    relayout(t, lambda inner: annotate_custom(inner, sharding))
+    _remember(t, sharding)
+
+
+def _remember(t: torch.Tensor, sharding: Any) -> None:
+    base = _base(t)
+    if base is not None:
+        key = id(base)
+        ref = weakref.ref(base, lambda _, key=key: _kept.pop(key, None))
+        _kept[key] = _Kept(ref, sharding, torch._from_functional_tensor(base))
+
+
+def forget(t: torch.Tensor) -> None:
+    """`t` keeps no annotation any more (`xs.clear_sharding`)."""
+    base = _base(t)
+    if base is not None:
+        _kept.pop(id(base), None)
+
+
+def keep_annotations(t: torch.Tensor | None = None) -> None:
+    """Put the annotation of `t` (every marked tensor alive if None) back on the value an
+    in-place op gave it; a value already laid out that way is left alone."""
+    if not _kept:
+        return
+    if t is None:
+        found = list(_kept.values())
+    else:
+        base = _base(t)
+        one = None if base is None else _kept.get(id(base))
+        if one is None:
+            return
+        found = [one]
+    for kept in found:
+        base = kept.tensor()
+        if base is None:
+            continue
+        torch._sync(base)
+        value = torch._from_functional_tensor(base)
+        if kept.value() is value:
+            continue
+        if not _laid_out_as(value, kept.sharding):
+            relayout(base, lambda inner, kept=kept: annotate(inner, kept.sharding))
+            value = torch._from_functional_tensor(base)
+        kept.value = weakref.ref(value)
+
+
+def _laid_out_as(t: XLATensor, sharding: Any) -> bool:
+    node = t._node
+    if node.op in MANUAL_OPS:
+        return True  # a manual region decides its own layout
+    if node.rule is None:
+        found = data_layout(node)
+    elif node.op == CONSTRAINT_OP:
+        found = node.template[0][1].sharding
+    else:
+        return False
+    if found is None:
+        return False
+    ndim = len(node.avals[t._index][0])
+    devices = client().global_devices
+    return spmd.sharding_text(found, ndim, devices) == spmd.sharding_text(sharding, ndim, devices)
 
 
 def from_host(t: torch.Tensor, sharding: Any, device: int, local: bool = False) -> XLATensor:
@@ -214,6 +373,11 @@ def _output_layout(node: ir.Node, index: int) -> Any:
         wanted = node.template[0][1].sharding
         if _divides(wanted, node.avals[index][0]):
             return wanted
+    if node.op == SHARD_ALIKE_OP:  # both laid out as whichever of the two has a layout
+        replicated = client().replicated()
+        for found in (_output_layout(*value) for value in node.inputs):
+            if found != replicated:
+                return found
     return client().replicated()
 
 

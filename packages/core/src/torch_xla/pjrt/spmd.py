@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -118,3 +119,27 @@ def sharding_text(sharding: Any, ndim: int, global_devices: Sequence[Any]) -> st
             text += " last_tile_dim_replicate"
         return text + "}"
     return str(hlo)
+
+
+def iota_devices(shape: Sequence[int], perm: Sequence[int] | None = None) -> list[int]:
+    """The device ids XLA's iota tile assignment `<=[shape]T(perm)` lists: 0..n-1 laid out
+    as `shape`, transposed by `perm`, read in order."""
+    iota = np.arange(int(np.prod(shape))).reshape(tuple(shape))
+    if perm:
+        iota = iota.transpose(tuple(perm))
+    return iota.reshape(-1).tolist()
+
+
+_IOTA = re.compile(r"(devices=\[[\d,]+\])<=\[([\d,]+)\](?:T\(([\d,]+)\))?")
+
+
+def explicit_device_lists(text: str) -> str:
+    """`text` with XLA's iota tile assignments (`devices=[2,2]<=[4]`) written out as the
+    device lists PyTorch/XLA prints (`devices=[2,2]0,1,2,3`)."""
+
+    def written(match: re.Match) -> str:
+        shape = [int(d) for d in match.group(2).split(",")]
+        perm = [int(a) for a in match.group(3).split(",")] if match.group(3) else None
+        return match.group(1) + ",".join(map(str, iota_devices(shape, perm)))
+
+    return _IOTA.sub(written, text)

@@ -17,6 +17,7 @@ import numpy as np
 
 from torch_xla.distributed.spmd.mesh import Mesh
 from torch_xla.lazy import functional, sharding
+from torch_xla.pjrt import spmd
 from torch_xla.pjrt.client import client
 
 # `{devices=[2,2]0,1,2,3}`, or XLA's iota form `{devices=[4,2]<=[2,4]T(1,0)}`.
@@ -57,10 +58,8 @@ def parse_sharding(sharding: str, num_devices: int | None = None) -> ParsedShard
         ids = [int(i) for i in tiled.group(2).split(",")]
     else:  # iota: 0..n-1 reshaped, optionally transposed
         shape = [int(d) for d in tiled.group(3).split(",")]
-        iota = np.arange(int(np.prod(shape))).reshape(shape)
-        if tiled.group(4):
-            iota = iota.transpose([int(a) for a in tiled.group(4).split(",")])
-        ids = iota.reshape(-1).tolist()
+        perm = [int(a) for a in tiled.group(4).split(",")] if tiled.group(4) else None
+        ids = spmd.iota_devices(shape, perm)
     flags = tiled.group(5).split()
     if len(ids) != int(np.prod(dims)):
         raise ValueError(f"Sharding {sharding!r} lists {len(ids)} devices for tile shape "

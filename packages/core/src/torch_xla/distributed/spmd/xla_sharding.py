@@ -16,6 +16,7 @@ import torch
 from jax.sharding import Mesh as JaxMesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as JaxSpec
+from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torch_xla.distributed.spmd.mesh import Mesh, PartitionSpec, ShardingType, get_global_mesh
 from torch_xla.distributed.spmd.xla_sharded_tensor import XLAShardedTensor, sharding_type
@@ -60,19 +61,42 @@ def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: PartitionSpec
     sharding.check_spmd("xs.mark_sharding")
     mesh = _checked_mesh(mesh, "xs.mark_sharding")
     target = _xla_tensor(t, "xs.mark_sharding")
-    partition_spec = tuple(partition_spec)
-    if len(target.shape) != len(partition_spec):
-        raise ValueError(f"xs.mark_sharding: partition spec {partition_spec} has "
-                         f"{len(partition_spec)} entries, but the tensor has {len(target.shape)} "
-                         f"dims (shape {tuple(target.shape)}): give one entry per dim.")
-    layout = mesh.get_op_sharding(partition_spec)
-    sharding.relayout(target, lambda inner: sharding.annotate(inner, layout))
+    sharding.mark(target, _spec_layout(mesh, partition_spec, target, "xs.mark_sharding"))
     return wrap_as_sharded_tensor(t)
+
+
+def annotate_custom_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: PartitionSpec
+                             ) -> XLAShardedTensor:
+    """Ask the partitioner to lay out `t`'s value as `partition_spec` on `mesh` inside the
+    next program, without moving the data `t` holds now (unlike `mark_sharding`, which
+    refuses to re-mark sharded data). The program's result, which `t` then holds, keeps
+    the new layout. Returns `t` wrapped as an `XLAShardedTensor`.
+
+    >>> xs.mark_sharding(t, mesh_a, (0, 1))             # t's data split as (0, 1)
+    >>> xs.annotate_custom_sharding(t, mesh_b, (0, 1))  # laid out anew inside the step
+    """
+    sharding.check_spmd("xs.annotate_custom_sharding")
+    mesh = _checked_mesh(mesh, "xs.annotate_custom_sharding")
+    target = _xla_tensor(t, "xs.annotate_custom_sharding")
+    layout = _spec_layout(mesh, partition_spec, target, "xs.annotate_custom_sharding")
+    sharding.mark_custom(target, layout)
+    return wrap_as_sharded_tensor(t)
+
+
+def _spec_layout(mesh: Mesh, partition_spec: PartitionSpec, t: torch.Tensor, what: str) -> Any:
+    partition_spec = tuple(partition_spec)
+    if len(t.shape) != len(partition_spec):
+        raise ValueError(f"{what}: partition spec {partition_spec} has {len(partition_spec)} "
+                         f"entries, but the tensor has {len(t.shape)} dims (shape "
+                         f"{tuple(t.shape)}): give one entry per dim.")
+    return mesh.get_op_sharding(partition_spec)
 
 
 def clear_sharding(t: torch.Tensor) -> torch.Tensor:
     """Drop `t`'s sharding annotation (its data becomes replicated); returns the tensor."""
-    sharding.relayout(_xla_tensor(t, "xs.clear_sharding"), sharding.clear)
+    target = _xla_tensor(t, "xs.clear_sharding")
+    sharding.forget(target)
+    sharding.relayout(target, sharding.clear)
     return unwrap_sharded_tensor(t)
 
 
@@ -205,6 +229,51 @@ def mark_sharding_with_gradients(t: torch.Tensor, mesh: Mesh, partition_spec: Pa
     """`mark_sharding` that autograd sees: the gradient flowing back through the result is
     sharded the same way. Not in place: use the returned tensor."""
     return MarkShardingFunction.apply(unwrap_sharded_tensor(t), mesh, tuple(partition_spec))
+
+
+class _ShardAlike(torch.autograd.Function):
+    """Two tensors laid out alike; their gradients too."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, y: torch.Tensor) -> tuple:
+        return _shard_alike_pair(x, y)
+
+    @staticmethod
+    def backward(ctx: Any, grad_x: torch.Tensor | None, grad_y: torch.Tensor | None) -> tuple:
+        if grad_x is None or grad_y is None:
+            return grad_x, grad_y
+        return _shard_alike_pair(grad_x, grad_y)
+
+
+def _shard_alike_pair(x: torch.Tensor, y: torch.Tensor) -> tuple:
+    inner = [functional.unwrap(_xla_tensor(t, "xs.shard_as")) for t in (x, y)]
+    return tuple(functional.wrap(t) for t in sharding.shard_like(*inner))
+
+
+def shard_as(a: Any, b: Any) -> tuple[Any, Any]:
+    """`a` and `b` (tensors, or pytrees of one structure whose leaves are tensors or None in
+    both) as new ones whose corresponding tensors the partitioner lays out alike, without
+    naming a layout: use at least one of the results in the computation.
+
+    >>> x = xs.mark_sharding_with_gradients(x, mesh, ("data",))
+    >>> x, y = xs.shard_as(x, y)   # y is laid out as x is
+    """
+    a_leaves, a_tree = tree_flatten(a)
+    b_leaves, b_tree = tree_flatten(b)
+    if a_tree != b_tree:
+        raise ValueError(f"xs.shard_as: a and b must have the same structure, got {a_tree} and "
+                         f"{b_tree}.")
+    out_a, out_b = [], []
+    for x, y in zip(a_leaves, b_leaves, strict=True):
+        if x is None or y is None:
+            if x is not None or y is not None:
+                raise ValueError("xs.shard_as: a leaf is None in one tree and a tensor in the "
+                                 "other; put None in both or a tensor in both.")
+        else:
+            x, y = _ShardAlike.apply(unwrap_sharded_tensor(x), unwrap_sharded_tensor(y))
+        out_a.append(x)
+        out_b.append(y)
+    return tree_unflatten(out_a, a_tree), tree_unflatten(out_b, b_tree)
 
 
 def wrap_as_sharded_tensor(t: torch.Tensor) -> XLAShardedTensor:
