@@ -46,8 +46,6 @@ TPU_ONLY = "TPU-only, comes from torch-xla-tpu"
 NOT_BUILT = "not built yet: "
 REASONS: dict[str | tuple[str, str], str] = {
     # whole modules
-    "torch_xla.distributed.spmd": NOT_BUILT + "(issue 11) auto-sharding policies, DTensor's "
-    "`xla_distribute_module`/`xla_distribute_tensor`",
     "torch_xla.experimental.spmd_fully_sharded_data_parallel": ISSUE_11 + " (FSDP v2 over SPMD)",
     "torch_xla._dynamo": ISSUE_12,
     "torch_xla.core.dynamo_bridge": ISSUE_12,

@@ -251,6 +251,91 @@ for bad, words in [(((x,), (y, y)), "same structure"), (((x, None), (None, y)), 
         assert words in str(e), e
     else:
         raise AssertionError(bad)
+# nn.Linear patched to einsums keeps its (sharded) parameters and computes the same
+from torch_xla.distributed.spmd.xla_sharding import EinsumLinear, apply_xla_patch_to_nn_linear
+torch.manual_seed(0)
+ref = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Sequential(torch.nn.Linear(8, 2)))
+net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Sequential(torch.nn.Linear(8, 2)))
+net.load_state_dict(ref.state_dict())
+net = net.to("xla")
+xs.mark_sharding(net[0].weight, xs.Mesh(np.arange(n), (n, 1)), (0, None))
+apply_xla_patch_to_nn_linear(net)
+assert type(net[0]) is EinsumLinear and type(net[1][0]) is EinsumLinear
+assert torch_xla._XLAC._get_xla_sharding_spec(net[0].weight) == "{devices=[4,1]0,1,2,3}"
+inp = torch.randn(3, 4)
+out = net(inp.to("xla"))
+out.sum().backward(); ref(inp).sum().backward()
+assert torch.allclose(out.cpu(), ref(inp), atol=1e-5)
+assert torch.allclose(net[0].weight.grad.cpu(), ref[0].weight.grad, atol=1e-5)
+print("ok")
+""")
+    assert out.strip().endswith("ok")
+
+
+def test_torch_dtensor_api_on_an_xla_device_mesh():
+    """torch's `distribute_tensor`/`distribute_module` with DeviceMesh('xla', ...) come to
+    `xs.xla_distribute_tensor`/`xla_distribute_module`: placements become partition specs,
+    and a module sharded through them trains as eager CPU PyTorch does."""
+    out = run_spmd("""
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.tensor import Partial, Replicate, Shard, distribute_module, distribute_tensor
+mesh = DeviceMesh("xla", np.arange(n).reshape(2, 2).tolist(), mesh_dim_names=("a", "b"))
+assert xs.convert_to_xla_mesh(mesh).mesh_shape == (2, 2)
+assert xs.convert_to_xla_mesh(mesh).axis_names == ("a", "b")
+t = torch.randn(8, 4)
+cases = [([Shard(0), Replicate()], (0, None), "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"),
+         ([Shard(1), Shard(0)], (1, 0), "{devices=[2,2]0,2,1,3}"),
+         ([Shard(0), Shard(0)], ((0, 1), None), "{devices=[4,1]0,1,2,3}"),
+         ([Replicate(), Shard(-1)], (None, 1), "{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}")]
+for placements, spec, text in cases:
+    assert xs.convert_to_xla_partition_spec(t, placements) == spec, placements
+    d = distribute_tensor(t, mesh, placements)
+    assert isinstance(d, xs.XLAShardedTensor) and d.sharding_spec == text, (placements, d)
+    assert torch.equal(d.cpu(), t)
+assert distribute_tensor(t, mesh).sharding_spec in ("", "{replicated}")
+for bad, words in [(lambda: distribute_tensor(t, mesh, [Partial(), Replicate()]), "Partial"),
+                   (lambda: distribute_tensor(t, mesh, [Shard(0)]), "one placement per mesh dim"),
+                   (lambda: distribute_tensor(t, mesh, [Shard(2), Replicate()]), "has 2 dims"),
+                   (lambda: distribute_tensor(distribute_tensor(t, mesh, [Shard(0), Shard(1)]),
+                                              mesh, [Shard(1), Shard(0)]), "clear it first")]:
+    try:
+        bad()
+    except ValueError as e:
+        assert words in str(e), e
+    else:
+        raise AssertionError(words)
+
+# a column-parallel first layer, the batch sharded by an input_fn, against eager CPU
+def model():
+    torch.manual_seed(1)
+    return torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 8))
+torch.manual_seed(0)
+x, y = torch.randn(16, 16), torch.randn(16, 8)
+ref = model()
+opt = torch.optim.SGD(ref.parameters(), lr=0.1)
+for _ in range(2):
+    opt.zero_grad(); torch.nn.functional.mse_loss(ref(x), y).backward(); opt.step()
+mesh1 = init_device_mesh("xla", (n,))
+def partition(name, module, device_mesh):
+    if name == "0":
+        for pname, p in list(module.named_parameters(recurse=False)):
+            sharded = distribute_tensor(p.data, device_mesh, [Shard(0)])
+            module.register_parameter(pname, torch.nn.Parameter(sharded.global_tensor))
+seen = []
+def input_fn(module, inputs, device_mesh):
+    seen.append(distribute_tensor(inputs[0], device_mesh, [Shard(0)]).sharding_spec)
+net = distribute_module(model().to("xla"), mesh1, partition, input_fn=input_fn)
+assert torch_xla._XLAC._get_xla_sharding_spec(net[0].weight) == "{devices=[4,1]0,1,2,3}"
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for _ in range(2):
+    opt.zero_grad()
+    torch.nn.functional.mse_loss(net(x.to("xla")), y.to("xla")).backward()
+    opt.step(); torch_xla.sync()
+assert seen == ["{devices=[4,1]0,1,2,3}"] * 2, seen
+assert [tuple(s.data.shape) for s in xs.XLAShardedTensor(net[0].weight).local_shards] == \
+    [(8, 16)] * 4
+for p, q in zip(net.parameters(), ref.parameters()):
+    assert (p.cpu() - q.detach()).abs().max().item() <= 1e-5
 print("ok")
 """)
     assert out.strip().endswith("ok")

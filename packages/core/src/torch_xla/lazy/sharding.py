@@ -24,6 +24,7 @@ on a new value at the next sync or sharding query (`keep_annotations`).
 
 from __future__ import annotations
 
+import functools
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -61,7 +62,7 @@ class Layout:
 
     def __init__(self, sharding: Any, ndim: int) -> None:
         self.sharding = sharding
-        self.text = spmd.sharding_text(sharding, ndim, client().global_devices)
+        self.text = text(sharding, ndim)
 
     def __eq__(self, other: object) -> bool:
         return type(other) is Layout and other.sharding == self.sharding
@@ -71,6 +72,13 @@ class Layout:
 
     def __repr__(self) -> str:
         return f"Layout({self.text})"
+
+
+@functools.lru_cache(maxsize=1024)
+def text(sharding: Any, ndim: int) -> str:
+    """PyTorch/XLA's sharding text of the jax `sharding` over `ndim` dims (kept: building
+    it converts the sharding to XLA's, which takes a fraction of a millisecond)."""
+    return spmd.sharding_text(sharding, ndim, client().global_devices)
 
 
 def _constrain(x: Any, layout: Layout) -> Any:
@@ -117,9 +125,7 @@ def _refused(node: ir.Data, sharding: Any) -> bool:
     if current is None:
         return False
     ndim = len(node.avals[0][0])
-    devices = client().global_devices
-    have, want = spmd.sharding_text(current, ndim, devices), spmd.sharding_text(sharding, ndim,
-                                                                               devices)
+    have, want = text(current, ndim), text(sharding, ndim)
     if have == want:
         return True
     if sharding_is_replicated(current, ndim):
@@ -278,8 +284,7 @@ def _laid_out_as(t: XLATensor, sharding: Any) -> bool:
     if found is None:
         return False
     ndim = len(node.avals[t._index][0])
-    devices = client().global_devices
-    return spmd.sharding_text(found, ndim, devices) == spmd.sharding_text(sharding, ndim, devices)
+    return text(found, ndim) == text(sharding, ndim)
 
 
 def from_host(t: torch.Tensor, sharding: Any, device: int, local: bool = False) -> XLATensor:
@@ -344,7 +349,7 @@ def spec(t: XLATensor) -> str:
         found = data_layout(node)
         if found is None:
             return ""
-        return spmd.sharding_text(found, len(node.avals[0][0]), client().global_devices)
+        return text(found, len(node.avals[0][0]))
     if node.op == CONSTRAINT_OP or node.op in MANUAL_OPS:
         return node.template[0][1].text
     return ""
@@ -467,12 +472,12 @@ def padded_tiles(sharding: Any, shape: tuple) -> list[tuple[Any, list[slice], in
 def _check_tiles(tiles: list[np.ndarray], sharding: Any, shape: tuple, what: str) -> None:
     """Every tile has the shape a `shape` tensor's tiles have under `sharding`."""
     wanted = tile_shape(sharding, shape)
-    text = spmd.sharding_text(sharding, len(shape), client().global_devices)
+    written = text(sharding, len(shape))
     for k, tile in enumerate(tiles):
         if tuple(tile.shape) != wanted:
             raise RuntimeError(
                 f"{what}: shard {k} has shape {tuple(tile.shape)}, but each tile of a {shape} "
-                f"tensor sharded as {text} is {wanted} (the last ones zero-padded): pass "
+                f"tensor sharded as {written} is {wanted} (the last ones zero-padded): pass "
                 "shards of that shape, or the global shape they tile.")
 
 
@@ -481,11 +486,10 @@ def _whole_from_padded(tiles: list[np.ndarray], sharding: Any, shape: tuple,
     """A replicated global array of `shape` put together from this process's padded
     `tiles` of the uneven `sharding` (by device ordinal); needs every tile, so one process."""
     if client().process_count() > 1:
-        text = spmd.sharding_text(sharding, len(shape), client().global_devices)
         raise RuntimeError(
-            f"{what}: a {shape} tensor sharded as {text} has uneven tiles, which are kept "
-            "whole on every device, so every tile is needed, but this process holds only its "
-            "own. Use a global shape the mesh divides.")
+            f"{what}: a {shape} tensor sharded as {text(sharding, len(shape))} has uneven "
+            "tiles, which are kept whole on every device, so every tile is needed, but this "
+            "process holds only its own. Use a global shape the mesh divides.")
     host = np.zeros(shape, dtype=tiles[0].dtype)
     for (_, index, _), tile in zip(padded_tiles(sharding, shape), tiles, strict=True):
         host[tuple(index)] = tile[tuple(slice(0, s.stop - s.start) for s in index)]

@@ -9,6 +9,7 @@ information as data. Strings are XLA's HloSharding text, as
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import os
 import re
 from typing import Any
@@ -19,6 +20,9 @@ from torch_xla.distributed.spmd.mesh import Mesh
 from torch_xla.lazy import functional, sharding
 from torch_xla.pjrt import spmd
 from torch_xla.pjrt.client import client
+
+# Whether `rich`, which `visualize_sharding` draws with, can be imported.
+RICH_ENABLED = importlib.util.find_spec("rich") is not None
 
 # `{devices=[2,2]0,1,2,3}`, or XLA's iota form `{devices=[4,2]<=[2,4]T(1,0)}`.
 _TILED = re.compile(

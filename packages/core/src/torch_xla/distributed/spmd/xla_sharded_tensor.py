@@ -7,7 +7,9 @@ hold to the host; `load_local_shards_` writes them back.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -15,6 +17,16 @@ from torch.utils._pytree import tree_map
 
 from torch_xla.distributed.spmd.mesh import ShardingType
 from torch_xla.lazy import functional, graph, sharding, transfer
+
+
+@contextlib.contextmanager
+def no_dispatch() -> Iterator[None]:
+    """Inside it, ops skip `__torch_dispatch__` subclasses (as PyTorch/XLA's helper does)."""
+    guard = torch._C._DisableTorchDispatch()
+    try:
+        yield
+    finally:
+        del guard
 
 
 @dataclasses.dataclass

@@ -18,7 +18,15 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as JaxSpec
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
-from torch_xla.distributed.spmd.mesh import Mesh, PartitionSpec, ShardingType, get_global_mesh
+from torch_xla.distributed.spmd.mesh import (  # noqa: F401 (upstream's names here too)
+    HybridMesh,
+    Mesh,
+    PartitionSpec,
+    ShardingType,
+    get_1d_mesh,
+    get_global_mesh,
+    set_global_mesh,
+)
 from torch_xla.distributed.spmd.xla_sharded_tensor import XLAShardedTensor, sharding_type
 from torch_xla.lazy import dispatch, functional, manual, sharding
 from torch_xla.lazy.special import optimization_barrier_
@@ -203,7 +211,7 @@ def _aot_mark_sharding(t: torch.Tensor, mesh: str, partition_spec: str) -> torch
 
 
 @_aot_mark_sharding.register_fake
-def _aot_mark_sharding_fake(t: torch.Tensor, mesh: str, partition_spec: str) -> torch.Tensor:
+def aot_mark_sharding_fake(t: torch.Tensor, mesh: str, partition_spec: str) -> torch.Tensor:
     return torch.empty_like(t)
 
 
@@ -361,3 +369,26 @@ class XLAPatchedLinear(torch.autograd.Function):
 
 def xla_patched_nn_linear_forward(m: torch.nn.Linear, input: torch.Tensor) -> torch.Tensor:
     return XLAPatchedLinear.apply(input, m.weight, m.bias)
+
+
+class EinsumLinear(torch.nn.Linear):
+    """`nn.Linear` computed with einsums (`XLAPatchedLinear`), whose contraction the
+    partitioner sees directly instead of behind reshapes and a transposed weight."""
+
+    def forward(self, input: torch.Tensor) -> torch.Tensor:
+        return xla_patched_nn_linear_forward(self, input)
+
+
+def apply_xla_patch_to_nn_linear(module: torch.nn.Module) -> torch.nn.Module:
+    """Replace every `nn.Linear` inside `module` (recursively) by an `EinsumLinear` holding
+    the same parameter tensors (so shardings marked on them stay); returns `module`."""
+    for name, child in module.named_children():
+        if isinstance(child, torch.nn.Linear) and not isinstance(child, EinsumLinear):
+            with torch.device("meta"):
+                patched = EinsumLinear(child.in_features, child.out_features,
+                                       bias=child.bias is not None)
+            patched.load_state_dict(child.state_dict(), strict=True, assign=True)
+            setattr(module, name, patched)
+        else:
+            apply_xla_patch_to_nn_linear(child)
+    return module
