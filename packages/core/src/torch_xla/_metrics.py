@@ -84,9 +84,10 @@ class Metric:
     def add_since(self, start: float) -> None:
         """A time sample from `start` (a `time.perf_counter()` reading) until now."""
         now = _clock()
+        elapsed = now - start
         self.total_samples += 1
-        self.accumulator += now - start
-        self.samples.append((now, now - start))
+        self.accumulator += elapsed
+        self.samples.append((now, elapsed))
 
     def snapshot(self) -> tuple[int, float, list[tuple[int, float]]]:
         """(total samples, sum, recent (timestamp ns, value)) in the metric's own unit."""

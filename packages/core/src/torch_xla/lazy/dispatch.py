@@ -29,7 +29,7 @@ from torch.utils import _pytree as pytree
 from torch_xla import _metrics, lowering
 from torch_xla.lazy import fallback, ir, nodes, rewrites, rng, tensor
 from torch_xla.lazy.nodes import Lifted
-from torch_xla.lazy.tensor import XLATensor, device_index, device_mismatch_error
+from torch_xla.lazy.tensor import XLATensor, device_index, device_mismatch_error, new_tensor
 from torch_xla.pjrt import threads
 
 aten = torch.ops.aten
@@ -250,13 +250,16 @@ def _inputs(tensors: list, device: int | None) -> tuple[list, tuple, int]:
     return values, tuple(avals), device
 
 
+_HALVES = (torch.float16, torch.bfloat16)
+
+
 def _scalar_dtype(tensors: list) -> torch.dtype:
     """A lifted scalar computes in its op's floating dtype (float32 for halves), as ATen does."""
     for t in tensors:
         if type(t) is XLATensor:
-            dtype = t.dtype
+            dtype = t._node.avals[t._index][1]  # its dtype, without torch's attribute hook
             if dtype.is_floating_point or dtype.is_complex:
-                return torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+                return torch.float32 if dtype in _HALVES else dtype
             break
     return torch.get_default_dtype()
 
@@ -300,8 +303,9 @@ def _record(lift: tuple, entry: lowering.Lowering, cache: dict, func: OpOverload
         values.append(rng.key_for_next_op(device))
     node = ir.Node(func, entry, template, values, avals, device, key_hash)
     if structure is None:
-        return XLATensor(node, 0)
-    return structure(None if a is None else XLATensor(node, i) for i, a in enumerate(avals))
+        return new_tensor(XLATensor, node, 0)
+    return structure(None if a is None else new_tensor(XLATensor, node, i)
+                     for i, a in enumerate(avals))
 
 
 def _to_meta(a: Any) -> Any:

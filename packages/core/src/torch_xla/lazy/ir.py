@@ -32,7 +32,10 @@ class Node:
         self.inputs = inputs
         self.avals = avals  # tuple of Aval, one per output (None for a None output)
         self.device = device
-        self.hash = hash((key_hash, tuple([(n.hash, i) for n, i in inputs])))
+        hashes = []  # a loop, not a comprehension: no frame of its own (one node per op)
+        for n, i in inputs:
+            hashes.append((n.hash, i))
+        self.hash = hash((key_hash, tuple(hashes)))
         self.location = user_location() if IR_DEBUG else None
 
     def __repr__(self) -> str:

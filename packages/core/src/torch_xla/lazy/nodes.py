@@ -179,12 +179,17 @@ def lift(plan: tuple, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     for i, name in plan:
         if i is not None and i < len(args):
             v = args[i]
-            if type(v) is not float and type(v) is not list and type(v) is not tuple:
+            kind = type(v)
+            if kind is float:  # inline: most ops on the hot path pass a float or a tensor
+                if v in SPECIAL_SCALARS:
+                    continue
+                new = Lifted(v)
+            elif kind is list or kind is tuple:
+                new = _lift_value(v)
+            else:
                 continue  # a tensor, an int, a bool: nothing to lift
-            new = _lift_value(v)
-            if new is not v:
-                lifted = list(args) if lifted is None else lifted
-                lifted[i] = new
+            lifted = list(args) if lifted is None else lifted
+            lifted[i] = new
         elif name in kwargs:
             kwargs = {**kwargs, name: _lift_value(kwargs[name])}
     return (args if lifted is None else tuple(lifted)), kwargs

@@ -21,7 +21,18 @@ from torch_xla import _metrics
 from torch_xla.lazy import ir
 from torch_xla.pjrt import threads
 
-_DEVICES: dict[int, torch.device] = {}
+
+class _Devices(dict):
+    """`torch.device('xla', index)` by index, made on first use: a lookup per tensor, no call."""
+
+    def __missing__(self, index: int) -> torch.device:
+        found = self[index] = torch.device("xla", index)
+        return found
+
+
+_DEVICES = _Devices()
+_make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+_weakref = weakref.ref
 
 # Every live XLA tensor (for DestroyXlaTensor) and the ones holding pending IR.
 _live: dict[int, weakref.ref] = {}
@@ -75,10 +86,7 @@ def device_index(device: Any) -> int:
 
 
 def torch_device(index: int) -> torch.device:
-    found = _DEVICES.get(index)
-    if found is None:
-        found = _DEVICES[index] = torch.device("xla", index)
-    return found
+    return _DEVICES[index]
 
 
 class XLATensor(torch.Tensor):
@@ -90,17 +98,16 @@ class XLATensor(torch.Tensor):
     @staticmethod
     def __new__(cls, node: ir.Node, index: int = 0):
         shape, dtype = node.avals[index]
-        t = torch.Tensor._make_wrapper_subclass(
-            cls, shape, dtype=dtype, device=torch_device(node.device)
-        )
-        if node.rule is not None and _run_now is not None:
+        t = _make_wrapper_subclass(cls, shape, dtype=dtype, device=_DEVICES[node.device])
+        if _run_now is not None and node.rule is not None:
             node, index = eager_value(node, index)
         t._node = node
         t._index = index
-        t._ref = ref = weakref.ref(t, _on_destroy)
-        _live[id(ref)] = ref
+        t._ref = ref = _weakref(t, _on_destroy)
+        key = id(ref)
+        _live[key] = ref
         if node.rule is not None:
-            _pending[id(ref)] = ref
+            _pending[key] = ref
         _CREATED.value += 1
         return t
 
@@ -122,6 +129,11 @@ class XLATensor(torch.Tensor):
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         return _dispatcher(func, args, kwargs or {})
+
+
+# `new_tensor(XLATensor, node, index)` is `XLATensor(node, index)` without `type.__call__`
+# finding `__new__` again on every call: the recorder makes one per op.
+new_tensor = XLATensor.__new__
 
 
 def _no_dispatcher(func, args, kwargs) -> Any:
