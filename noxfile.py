@@ -8,7 +8,8 @@ Sessions (each in its own virtualenv, so every package is tested as installed):
   lint                         ruff over the whole tree
   main                         the README's main job
   upstream                     PyTorch/XLA's own test files; writes docs/compatibility.md
-  slow                         the long runs CI leaves out: full OpInfo sweeps (pytest -m slow)
+  slow                         the long runs CI leaves out (pytest -m slow): full OpInfo
+                               sweeps, the ten-fold xmp.spawn race repeats
   coverage                     regenerate docs/op-coverage.md from the full OpInfo sweep
 """
 

@@ -1,5 +1,9 @@
 """The lowering table: registration, duplicates, lookups, where rules were defined."""
 
+import importlib
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -80,6 +84,37 @@ def test_register_rejects_non_ops():
 def test_register_needs_an_overload():
     with pytest.raises(ValueError, match="names no overload"):
         lowering.register(None)(lambda a: a)
+
+
+HALF_IMPORTABLE = """
+    import torch
+    from torch_xla.lowering import register
+
+    @register(torch.ops.aten.nonzero.default)
+    def nonzero(x):
+        return x
+
+    torch.ops.aten.an_op_this_torch_lacks  # raises AttributeError, as on an older torch
+"""
+
+
+def test_a_failed_import_leaves_no_rule_and_fails_again_with_its_own_error(
+    scratch, tmp_path, monkeypatch
+):
+    (tmp_path / "half_importable.py").write_text(textwrap.dedent(HALF_IMPORTABLE))
+    monkeypatch.syspath_prepend(tmp_path)
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    monkeypatch.delitem(sys.modules, "half_importable", raising=False)  # gone afterwards
+    for attempt in range(2):
+        with pytest.raises(AttributeError, match="an_op_this_torch_lacks"):
+            importlib.import_module("half_importable")
+        assert lowering.lookup(aten.nonzero.default) is None, attempt
+        assert not [e for _, e in lowering.registered() if "half_importable" in e.source]
+
+    fixed = HALF_IMPORTABLE.replace("torch.ops.aten.an_op_this_torch_lacks", "")
+    (tmp_path / "half_importable.py").write_text(textwrap.dedent(fixed))
+    module = importlib.import_module("half_importable")
+    assert lowering.lookup(aten.nonzero.default).fn is module.nonzero
 
 
 def test_random_ops_declare_rng():

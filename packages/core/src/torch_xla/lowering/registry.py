@@ -2,13 +2,20 @@
 
 Only this module owns the table; op modules add to it with the `register` decorator
 and the engine reads it with `lookup`.
+
+A module's registrations are all-or-nothing: a rule registered while a module is imported
+lives only as long as that module stays in `sys.modules`. Python drops a module whose import
+raised, so its rules vanish with it, and importing it again reports the module's own error
+instead of a `DuplicateLoweringError` for the rules its first try left behind.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Iterator
+from types import ModuleType
 
 import torch
 from torch._ops import OpOverload, OpOverloadPacket
@@ -32,6 +39,14 @@ class Lowering:
     needs_rng: bool = False
     # "path/to/file.py:123" of the decorated function, for error and debug messages.
     source: str = "<unknown>"
+    # The module whose code registered this rule (None: code outside any imported module);
+    # the rule counts only while that module is the one in sys.modules (see `is_live`).
+    owner: ModuleType | None = dataclasses.field(default=None, repr=False, compare=False)
+
+    @property
+    def is_live(self) -> bool:
+        """False once the module that registered this rule failed to import."""
+        return self.owner is None or sys.modules.get(self.owner.__name__) is self.owner
 
     @property
     def name(self) -> str:
@@ -85,6 +100,12 @@ def _source_of(fn: Callable) -> str:
         return "<unknown>"
 
 
+def _module_of(namespace: dict) -> ModuleType | None:
+    """The imported module whose globals are `namespace`, or None (exec'd code, a REPL)."""
+    module = sys.modules.get(namespace.get("__name__"))
+    return module if module is not None and module.__dict__ is namespace else None
+
+
 def register(
     *ops: OpLike | None, needs_rng: bool = False, override: bool = False
 ) -> Callable[[Callable], Callable]:
@@ -92,15 +113,17 @@ def register(
 
     `None` entries are skipped, so a module can name an overload that only some torch
     versions have (`getattr(aten.foo, "bar", None)`). Registering an overload that is
-    already in the table raises `DuplicateLoweringError` unless `override=True`.
+    already in the table raises `DuplicateLoweringError` unless `override=True`; a rule
+    left behind by a failed import of a module does not count (see the module docstring).
     """
 
     def decorate(fn: Callable) -> Callable:
         overloads = tuple(o for op in ops if op is not None for o in expand(op))
         if not overloads:
             raise ValueError(f"register() for {fn.__qualname__} names no overload")
-        entry = Lowering(overloads, fn, needs_rng=needs_rng, source=_source_of(fn))
-        clashes = [o for o in overloads if o in _TABLE]
+        owner = _module_of(sys._getframe(1).f_globals)  # the code applying the decorator
+        entry = Lowering(overloads, fn, needs_rng=needs_rng, source=_source_of(fn), owner=owner)
+        clashes = [o for o in overloads if lookup(o) is not None]
         if clashes and not override:
             first = clashes[0]
             raise DuplicateLoweringError(
@@ -116,12 +139,13 @@ def register(
 
 def lookup(op: OpOverload) -> Lowering | None:
     """The lowering for one ATen overload, or None if it has no native lowering."""
-    return _TABLE.get(op)
+    entry = _TABLE.get(op)
+    return entry if entry is not None and entry.is_live else None
 
 
 def registered() -> Iterator[tuple[OpOverload, Lowering]]:
     """Every (overload, lowering) pair in the table, in registration order."""
-    return iter(list(_TABLE.items()))
+    return iter([(op, entry) for op, entry in _TABLE.items() if entry.is_live])
 
 
 def unregister(ops: Iterable[OpOverload]) -> None:
