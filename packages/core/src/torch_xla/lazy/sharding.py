@@ -113,6 +113,12 @@ def annotate(t: XLATensor, sharding: Any, refuse_other: bool = False) -> None:
     # A pending value: a constraint in the graph (XLA pads uneven tiles inside a program).
     if node.op == CONSTRAINT_OP:  # a new annotation replaces the one before
         node, index = node.inputs[0]
+    _constrain_value(t, node, index, sharding)
+
+
+def _constrain_value(t: XLATensor, node: ir.Node, index: int, sharding: Any) -> None:
+    """`t` becomes output `index` of `node` under a sharding constraint of `sharding`."""
+    aval = node.avals[index]
     layout = Layout(sharding, len(aval[0]))
     t._set(nodes.engine_node(CONSTRAINT_OP, _constrain, (layout,), [(node, index)], aval,
                              node.device))
@@ -125,14 +131,14 @@ def _refused(node: ir.Data, sharding: Any) -> bool:
     if current is None:
         return False
     ndim = len(node.avals[0][0])
-    have, want = text(current, ndim), text(sharding, ndim)
-    if have == want:
+    if _same_layout(current, sharding, ndim):
         return True
     if sharding_is_replicated(current, ndim):
         return False
     raise RuntimeError(
-        f"Existing annotation must be cleared first: the tensor is sharded as {have}, so it "
-        f"cannot be marked {want}. Call xs.clear_sharding(t) before marking it again, or "
+        f"Existing annotation must be cleared first: the tensor is sharded as "
+        f"{text(current, ndim)}, so it cannot be marked {text(sharding, ndim)}. Call "
+        "xs.clear_sharding(t) before marking it again, or "
         "use xs.annotate_custom_sharding(t, mesh, spec) to lay out what is computed from it "
         "another way without moving its data.")
 
@@ -142,15 +148,7 @@ def annotate_custom(t: XLATensor, sharding: Any) -> None:
     stays as it is (PyTorch/XLA's `annotate_custom_sharding`): the partitioner lays out
     the value as `sharding` inside the next program, and its result keeps it."""
     check_spmd("Annotating a tensor with a custom sharding")
-    node, index = t._node, t._index
-    aval = node.avals[index]
-    layout = Layout(sharding, len(aval[0]))
-    t._set(nodes.engine_node(CONSTRAINT_OP, _constrain, (layout,), [(node, index)], aval,
-                             node.device))
-
-
-def _shard_alike(x: Any, y: Any) -> tuple:
-    return shard_alike(x, y)
+    _constrain_value(t, t._node, t._index, sharding)
 
 
 def shard_like(a: XLATensor, b: XLATensor) -> list[XLATensor]:
@@ -160,7 +158,7 @@ def shard_like(a: XLATensor, b: XLATensor) -> list[XLATensor]:
     if tuple(a.shape) != tuple(b.shape):
         raise ValueError(f"xs.shard_as: tensors of shapes {tuple(a.shape)} and "
                          f"{tuple(b.shape)} cannot be laid out alike; give tensors of one shape.")
-    return nodes.custom(_shard_alike, SHARD_ALIKE_OP, [a, b], {},
+    return nodes.custom(shard_alike, SHARD_ALIKE_OP, [a, b], {},
                         [a._node.avals[a._index], b._node.avals[b._index]])
 
 
@@ -283,8 +281,12 @@ def _laid_out_as(t: XLATensor, sharding: Any) -> bool:
         return False
     if found is None:
         return False
-    ndim = len(node.avals[t._index][0])
-    return text(found, ndim) == text(sharding, ndim)
+    return _same_layout(found, sharding, len(node.avals[t._index][0]))
+
+
+def _same_layout(a: Any, b: Any, ndim: int) -> bool:
+    """Whether two shardings lay out an `ndim`-dimensional array the same way."""
+    return text(a, ndim) == text(b, ndim)
 
 
 def from_host(t: torch.Tensor, sharding: Any, device: int, local: bool = False) -> XLATensor:
