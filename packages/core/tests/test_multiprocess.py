@@ -175,8 +175,7 @@ def test_one_process_runs_in_place(tmp_path):
 
 # --- a process that ends without returning ---------------------------------------------
 # Each ending is repeated: the end of a dying child's report pipe and its exit could be seen
-# in either order, and one order used to escape as a bare EOFError. The children are forked
-# (the spawn start method would re-import torch in each, ten times); the race is the parent's.
+# in either order, and one order used to escape as a bare EOFError (the race is the parent's).
 # CI repeats each ending a few times (each spawn takes seconds): the orders themselves are
 # forced by test_join_names_the_exit_code_whichever_it_sees_first; `nox -s slow` does ten.
 
@@ -194,7 +193,7 @@ ENDINGS = {  # how replica 1 ends -> (exit code, signal, words the message must 
 def test_a_process_that_ends_without_returning_is_named_every_time(tmp_path, how, repeats):
     exit_code, signal_name, words = ENDINGS[how]
     outcomes = spawn_repeatedly(
-        tmp_path, f"mp.ending_worker, args=({how!r},), nprocs=2, start_method='fork'", repeats
+        tmp_path, f"mp.ending_worker, args=({how!r},), nprocs=2", repeats
     )
     assert len(outcomes) == repeats
     for outcome in outcomes:
@@ -285,3 +284,64 @@ def test_the_waiting_and_the_late_process_both_get_an_error_then_can_go_on(tmp_p
     assert "Process 1 reached rendezvous 'late_peer_worker'" in late["message"], late
     assert "after the other processes had stopped waiting for it" in late["message"], late
     assert results[0]["after"] == results[1]["after"] == [b"0", b"1"]
+
+
+# --- where spawned children come from ----------------------------------------------------
+# start_method="spawn" forks them from a fork server that imported torch, jax and torch_xla
+# once; they must still behave as spawned ones: the parent's current variables and streams.
+
+
+def test_spawned_children_see_the_parents_variables_and_write_to_its_streams(tmp_path):
+    done = run_python(
+        """
+        import os
+        import torch_xla.distributed.xla_multiprocessing as xmp
+        from torch_xla.testing import multiprocess as mp
+        first = xmp.spawn(mp.environment_worker, args=("XMP_TEST_VALUE",))
+        os.environ["XMP_TEST_VALUE"] = "second"
+        second = xmp.spawn(mp.environment_worker, args=("XMP_TEST_VALUE",))
+        del os.environ["XMP_TEST_VALUE"]
+        third = xmp.spawn(mp.environment_worker, args=("XMP_TEST_VALUE",))
+        print("results", *(sorted(r.items()) for r in (first, second, third)))
+        """,
+        env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "2", "XMP_TEST_VALUE": "first"},
+        timeout=240,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    want = [(0, "first"), (1, "first")], [(0, "second"), (1, "second")], [(0, None), (1, None)]
+    assert f"results {want[0]} {want[1]} {want[2]}" in done.stdout
+    for value in ("first", "second", "None"):  # the children's prints reach our pipe
+        for index in (0, 1):
+            assert f"replica {index} sees XMP_TEST_VALUE={value}" in done.stdout
+
+
+def test_spawned_children_end_when_the_parent_is_killed(tmp_path):
+    parent = subprocess.Popen(
+        [sys.executable, "-c",
+         "import torch_xla.distributed.xla_multiprocessing as xmp\n"
+         "from torch_xla.testing import multiprocess as mp\n"
+         f"xmp.spawn(mp.orphan_worker, args=({str(tmp_path)!r},))\n"],
+        env={**os.environ, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "2"},
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while len(list(tmp_path.glob("*.pid"))) < 2 and parent.poll() is None:
+            assert time.monotonic() < deadline, "the children did not start"
+            time.sleep(0.2)
+        assert parent.poll() is None, f"the parent ended first ({parent.returncode})"
+    finally:
+        parent.kill()
+        parent.wait()
+    pids = [int(p.read_text()) for p in tmp_path.glob("*.pid")]
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in pids):
+        assert time.monotonic() < deadline, f"children {pids} outlived their parent"
+        time.sleep(0.2)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ")[-1][0] != "Z"  # a zombie has ended
+    except FileNotFoundError:
+        return False

@@ -15,12 +15,23 @@ calling `fn` with its own device's ordinal. If any process raises, exits or is
 killed before returning, the others are stopped and `spawn` raises
 `ProcessFailedError` naming that process with its traceback, exit code or signal;
 otherwise it returns `{ordinal: fn's return value}`.
+
+With start_method="spawn" (the default) the children come from a fork server that
+imported torch, jax and torch_xla once (multiprocessing's "forkserver" with those
+modules preloaded): a child starts in well under a second where a fresh interpreter
+spends several seconds of CPU importing them. Each child still starts clean (no
+runtime, no state of the parent's), re-imports the parent's main module as spawn does,
+and writes to the parent's current stdout and stderr. The server is started again
+when the parent's environment changed since it started, so a child sees the same
+variables a spawned one would.
 """
 
 from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.connection
+import multiprocessing.forkserver
+import multiprocessing.reduction
 import os
 import pickle
 import signal
@@ -29,6 +40,7 @@ import sys
 import threading
 import time
 import traceback
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -132,8 +144,10 @@ def _process_count(nprocs: int | None) -> int:
 
 def _child(
     rank: int, count: int, env: dict[str, str], fn: Callable, args: tuple,
-    report: multiprocessing.connection.Connection,
+    report: multiprocessing.connection.Connection, streams: None,
 ) -> None:
+    """One spawned process. `streams` is None here: unpickling the parent's `_Streams` has
+    already put its stdin, stdout and stderr in place."""
     _exit_with_parent()
     os.environ.update(env)
     os.environ[distributed.LOCAL_RANK_ENV] = str(rank)
@@ -211,16 +225,81 @@ def _exit_now(code: int) -> None:
 
 
 def _exit_with_parent() -> None:
-    """End this child if the spawning process dies (it would otherwise wait in a collective)."""
-    parent = os.getppid()
+    """End this child if the spawning process dies (it would otherwise wait in a collective).
+    The parent's end of multiprocessing's pipe closes when it dies, whatever started the
+    child (a fork server's child has the server, not the spawner, as its OS parent)."""
+    parent = multiprocessing.parent_process()
+    if parent is None:
+        return
 
     def watch() -> None:
-        while True:
-            time.sleep(1.0)
-            if os.getppid() != parent:
-                os._exit(1)
+        multiprocessing.connection.wait([parent.sentinel])
+        os._exit(1)
 
     threading.Thread(target=watch, name="xmp-parent-watch", daemon=True).start()
+
+
+# What a child needs before it runs anything, imported once by the fork server (several
+# seconds of CPU per child otherwise). torch_xla.core.xla_model brings the engine and the
+# torch modules torch itself loads on the first op (torch._dynamo, torch.distributed.tensor).
+_PRELOAD = ["torch", "jax", "torch_xla.core.xla_model"]
+_server_started_with: tuple | None = None  # (environment, sys.path) of our fork server
+_from_server: weakref.WeakSet = weakref.WeakSet()  # processes it started for us
+
+
+def _context(start_method: str) -> multiprocessing.context.BaseContext:
+    """The multiprocessing context for `start_method`: "spawn" becomes our fork server, as
+    long as it can start children that a spawn would have started the same way."""
+    if start_method != "spawn":
+        return multiprocessing.get_context(start_method)
+    global _server_started_with
+    server = multiprocessing.forkserver._forkserver
+    now = (dict(os.environ), tuple(sys.path))
+    running = getattr(server, "_forkserver_pid", None) is not None
+    if running and _server_started_with != now:
+        # Started by someone else, or under other variables: its preloaded modules saw
+        # another environment. Stop it, unless children of ours still use it.
+        if (_server_started_with is None or any(p.is_alive() for p in _from_server)
+                or not hasattr(server, "_stop")):
+            return multiprocessing.get_context("spawn")
+        server._stop()
+        running = False
+    if not running:
+        context = multiprocessing.get_context("forkserver")
+        context.set_forkserver_preload(_PRELOAD)
+        _server_started_with = now
+    return multiprocessing.get_context("forkserver")
+
+
+class _Streams:
+    """The parent's stdin, stdout and stderr, for a child of the fork server, which would
+    otherwise write wherever the server's own streams pointed when it started (pickled
+    while multiprocessing starts the child, when its descriptors can travel with it)."""
+
+    def __reduce__(self) -> tuple:
+        fds = [multiprocessing.reduction.DupFd(fd) if _is_open(fd) else None for fd in (0, 1, 2)]
+        return _adopt_streams, tuple(fds)
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _adopt_streams(*fds: Any) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, AttributeError):
+            pass
+    for target, fd in enumerate(fds):
+        if fd is not None:
+            received = fd.detach()
+            os.dup2(received, target)
+            os.close(received)
 
 
 class SpawnContext:
@@ -339,12 +418,14 @@ def spawn(
         "MASTER_ADDR": host,
         "MASTER_PORT": os.environ.get("MASTER_PORT") or str(_free_port(host)),
     }
-    context = multiprocessing.get_context(start_method)
+    context = _context(start_method)
+    forked = context.get_start_method() == "forkserver"
     processes, reports = [], []
     for rank in range(count):
         receive, send = context.Pipe(duplex=False)
         process = context.Process(
-            target=_child, args=(rank, count, env, fn, tuple(args), send),
+            target=_child,
+            args=(rank, count, env, fn, tuple(args), send, _Streams() if forked else None),
             daemon=daemon, name=f"xmp-{rank}",
         )
         try:
@@ -357,6 +438,8 @@ def spawn(
             ) from error
         send.close()
         processes.append(process)
+        if forked:
+            _from_server.add(process)
         reports.append(receive)
     spawned = SpawnContext(processes, reports)
     return spawned.join() if join else spawned

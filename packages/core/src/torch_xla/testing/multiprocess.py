@@ -357,3 +357,17 @@ def topology_worker(index: int) -> dict[str, Any]:
         "devices": xm.get_xla_supported_devices(),
         "master": xm.is_master_ordinal(),
     }
+
+
+def environment_worker(index: int, name: str) -> str | None:
+    """Prints and returns the variable `name` as this replica sees it."""
+    value = os.environ.get(name)
+    os.write(1, f"replica {index} sees {name}={value}\n".encode())  # one write: lines whole
+    return value
+
+
+def orphan_worker(index: int, pid_dir: str) -> None:
+    """Writes this replica's pid into `pid_dir`, then sleeps: a test kills the parent."""
+    with open(os.path.join(pid_dir, f"{index}.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    time.sleep(SLEEP_UNTIL_STOPPED_S)
