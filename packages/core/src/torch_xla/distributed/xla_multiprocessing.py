@@ -252,6 +252,8 @@ def _context(start_method: str) -> multiprocessing.context.BaseContext:
     long as it can start children that a spawn would have started the same way."""
     if start_method != "spawn":
         return multiprocessing.get_context(start_method)
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # Windows
+        return multiprocessing.get_context("spawn")
     global _server_started_with
     server = multiprocessing.forkserver._forkserver
     now = (dict(os.environ), tuple(sys.path))
