@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 
+import forked_python
 import pytest
 import torch
 
@@ -37,17 +36,14 @@ def clean_registry(monkeypatch):
     yield registry
 
 
-def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 120):
-    """Run `code` in a fresh interpreter (the PJRT client is one per process)."""
+def run_python(code: str, env: dict[str, str] | None = None, timeout: float = 120,
+               fresh: bool = False):
+    """Run `code` as `python -c` in a process of its own (the PJRT client is one per
+    process), forked from torch already imported unless `fresh` (forked_python.py)."""
     full_env = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
     full_env.update(env or {})
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        env=full_env,
-        timeout=timeout,
-    )
+    return forked_python.run(["-c", textwrap.dedent(code)], env=full_env, timeout=timeout,
+                             fresh=fresh)
 
 
 def run_spmd(code: str, devices: int = 4) -> str:

@@ -35,7 +35,7 @@ def test_import_keeps_jax_out_and_submodules_come_on_first_access():
         else:
             raise AssertionError("no AttributeError")
         print("ok")
-    """, env={"PJRT_DEVICE": "CPU"})
+    """, env={"PJRT_DEVICE": "CPU"}, fresh=True)  # what an import loads: a real interpreter
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
 

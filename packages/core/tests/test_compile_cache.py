@@ -11,6 +11,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+import forked_python
 import pytest
 from conftest import run_python
 
@@ -246,10 +247,8 @@ print(json.dumps({"values": values, "warnings": [str(w.message) for w in caught]
 
 
 def compile_three_graphs(folder, how: str = "") -> dict:
-    result = subprocess.run(
-        [sys.executable, "-c", UNWRITABLE, str(folder), how], capture_output=True, text=True,
-        env={**os.environ, "PJRT_DEVICE": "CPU"}, timeout=120,
-    )
+    result = forked_python.run(["-c", UNWRITABLE, str(folder), how],
+                               env={**os.environ, "PJRT_DEVICE": "CPU"}, timeout=120)
     assert result.returncode == 0, result.stderr
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome["values"] == [15.0, 30.0, 45.0] and outcome["compiles"] == 3

@@ -293,5 +293,6 @@ def test_import_starts_no_runtime_and_torch_xla_stays_free_of_jax():
         print("ok")
         """,
         env={"PJRT_DEVICE": "CPU"},
+        fresh=True,  # what an import loads: a real interpreter
     )
     assert result.stdout.strip() == "ok", result.stderr[-3000:]

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import forked_python
 import pytest
 import torch
 
@@ -226,8 +227,7 @@ except OSError as error:
                                             ("xser", "structure")])
 def test_a_write_that_fails_midway_names_the_path_and_leaves_the_old_file(tmp_path, which, big):
     path = str(tmp_path / "ckpt")
-    result = subprocess.run([sys.executable, "-c", FILLING_WRITER, path, which, big],
-                            capture_output=True, text=True, timeout=120)
+    result = forked_python.run(["-c", FILLING_WRITER, path, which, big], timeout=120)
     assert result.returncode == 0, result.stderr
     reported = result.stdout.strip()
     assert reported == f"OSError {path} | [Errno 27] File too large: {path!r}"

@@ -9,6 +9,7 @@ import sys
 import textwrap
 import warnings
 
+import forked_python
 import pytest
 
 from torch_xla.distributed import xla_dist
@@ -18,9 +19,8 @@ XRT_VARIABLES = ("XRT_TPU_CONFIG", "XRT_DEVICE_MAP", "XRT_WORKERS")  # upstream'
 
 
 def _run(code: str, env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)],
-                          env={**os.environ, "PJRT_DEVICE": "CPU", **env},
-                          capture_output=True, text=True, timeout=120)
+    return forked_python.run(["-c", textwrap.dedent(code)],
+                             env={**os.environ, "PJRT_DEVICE": "CPU", **env}, timeout=120)
 
 
 @pytest.mark.parametrize("name", XRT_VARIABLES)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 
+import forked_python
 import torch
 
 
@@ -16,15 +15,10 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, **tolerance) -> N
 
 
 def run_python(code: str, env: dict | None = None, timeout: float = 240) -> str:
-    """Run `code` in a fresh interpreter (for environment flags read at start); its stdout."""
+    """Run `code` in a process of its own (for environment flags read at start; forked,
+    see forked_python.py); its stdout."""
     full = {**os.environ, **(env or {})}
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        env=full,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+    done = forked_python.run(["-c", textwrap.dedent(code)], env=full, timeout=timeout)
     if done.returncode != 0:
         raise AssertionError(
             f"subprocess failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
