@@ -14,11 +14,13 @@ def assert_close(actual: torch.Tensor, expected: torch.Tensor, **tolerance) -> N
     torch.testing.assert_close(actual.cpu(), expected, **tolerance)
 
 
-def run_python(code: str, env: dict | None = None, timeout: float = 240) -> str:
+def run_python(code: str, env: dict | None = None, timeout: float = 240,
+               fresh: bool = False) -> str:
     """Run `code` in a process of its own (for environment flags read at start; forked,
-    see forked_python.py); its stdout."""
+    see forked_python.py, unless `fresh`); its stdout."""
     full = {**os.environ, **(env or {})}
-    done = forked_python.run(["-c", textwrap.dedent(code)], env=full, timeout=timeout)
+    done = forked_python.run(["-c", textwrap.dedent(code)], env=full, timeout=timeout,
+                             fresh=fresh)
     if done.returncode != 0:
         raise AssertionError(
             f"subprocess failed ({done.returncode}):\n{done.stdout}\n{done.stderr}"
