@@ -34,8 +34,9 @@ STANDINS = HERE / "standins"  # torchvision's import names (its wheels need CUDA
 # Files that test features of later issues: expected to fail until those land.
 EXPECTED_FAILURES = {
     "test/spmd/test_xla_sharding.py": "(issue 11) 76 of 81 run tests pass with 4 devices; "
-    "3 compare PyTorch/XLA's own HLO text where jax's lowering differs: scalars passed as "
-    "parameters (test_xla_sharded_hlo_dump's %p1.1), `x += 0` kept as an add and "
+    "3 compare PyTorch/XLA's own HLO text where jax's lowering differs: the order of "
+    "parameters (test_xla_sharded_hlo_dump's %p1.1: upstream numbers the lifted scalar 5 "
+    "before the tensor, we number them in operand order), `x += 0` kept as an add and "
     "instruction numbering (test_mark_sharding_ir), tuple layouts of the optimization "
     "barrier (test_backward_optimization_barrier); test_sharding_propagation expects XLA's "
     "GSPMD to shard an output that jax's Shardy propagation leaves replicated, "

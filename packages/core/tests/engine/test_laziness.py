@@ -8,7 +8,7 @@ import torch_xla
 import torch_xla._XLAC
 import torch_xla.core.xla_model as xm
 
-from .helpers import assert_close
+from .helpers import assert_close, run_python
 
 
 def _counts(met):
@@ -114,3 +114,66 @@ def test_fallback_counts_aten_op(device, metrics):
     assert_close(nz, torch.nonzero(torch.tensor([0.0, 1.0, 0.0, 2.0])))
     assert metrics.counter_value("aten::nonzero") == 1
     assert "aten::nonzero" in metrics.short_metrics_report()
+
+
+def test_an_int_that_changes_every_step_compiles_once(device, metrics):
+    # ints in `other`/`value`/`scalar` positions are graph inputs, as floats are
+    x = torch.arange(6, dtype=torch.float32)
+    i = torch.arange(6, dtype=torch.int32)
+    xd, id_ = x.to(device), i.to(device)
+    torch_xla.sync()
+    metrics.clear_all()
+    for step in (2, 3, 5, 7):
+        y, j = xd * step + step, (id_ + step) // step
+        torch_xla.sync()
+        assert_close(y, x * step + step)
+        assert_close(j, (i + step) // step)
+    assert _counts(metrics) == (1, 3)
+
+
+def test_lifted_ints_keep_torchs_dtypes_and_values(device):
+    cpu = {
+        "f32": torch.linspace(-3, 3, 6),
+        "f16": torch.linspace(-3, 3, 6, dtype=torch.float16),
+        "i32": torch.arange(-3, 3, dtype=torch.int32),
+        "u8": torch.arange(250, 256, dtype=torch.uint8),
+        "bool": torch.tensor([True, False, True, True, False, False]),
+    }
+    ops = {
+        "add": lambda t: t + 300,
+        "mul": lambda t: t * 7,
+        "sub": lambda t: 5 - t,
+        "div": lambda t: t / 4,
+        "floor_divide": lambda t: t // 3,
+        "remainder": lambda t: t % 3,
+        "eq": lambda t: t == 2,
+        "where": lambda t: torch.where(t > 0, t, 9),
+        "masked_fill": lambda t: t.masked_fill(t > 0, 4),
+        "pad": lambda t: torch.nn.functional.pad(t, (1, 2), value=5),
+    }
+    for name, t in cpu.items():
+        for op, fn in ops.items():
+            if name == "bool" and op in ("sub", "floor_divide", "remainder"):
+                continue  # torch refuses these on bool tensors
+            expected = fn(t)
+            actual = fn(t.to(device))
+            assert actual.dtype == expected.dtype, (name, op)
+            assert_close(actual, expected)
+
+
+def test_no_special_scalars_lifts_zero_and_one_and_keeps_negative_zero():
+    out = run_python(
+        """
+        import math, torch, torch_xla, torch_xla.debug.metrics as met
+        x = torch.full((3,), 2.0, device=torch_xla.device())
+        torch_xla.sync()
+        met.clear_all()
+        for k in (0.0, 1.0, -1.0, 0.5, -0.0):
+            y = 1 / (x * k)
+            torch_xla.sync()
+            print(y.cpu()[0].item(), end=" ")
+        print(met.counter_value("UncachedCompile"), met.counter_value("CachedCompile"))
+        """,
+        env={"PJRT_DEVICE": "CPU", "XLA_NO_SPECIAL_SCALARS": "1"},
+    )
+    assert out.split() == ["inf", "0.5", "-0.5", "1.0", "-inf", "1", "4"]

@@ -35,15 +35,18 @@ def test_node_hash_is_its_key_hash_and_its_inputs_hashes():
         ((1.0,), None),  # a special scalar stays a constant
         ((0.0,), None),
         ((-1.0,), None),
-        ((2,), None),  # an int is never lifted
-        ((True,), None),
+        ((1,), None),
+        ((-1,), None),
+        ((2,), [2]),  # an int is lifted as a float is (PyTorch/XLA does the same)
+        ((2**70,), None),  # too large for int64: a constant, as in torch
+        ((True,), None),  # never a bool
         ((0.5,), [0.5]),
         ((float("nan"),), ["nan"]),
         (([0.5, 1.0],), [[0.5, 1.0]]),
         (((0.5, 2),), [[0.5, 2]]),  # a tuple is lifted as a list
     ],
 )
-def test_lift_lifts_exactly_the_floats_that_vary(args, lifted):
+def test_lift_lifts_exactly_the_numbers_that_vary(args, lifted):
     plan = ((1, "other"),)
     x = object()
     new_args, kwargs = nodes.lift(plan, (x, *args), {})
@@ -56,7 +59,7 @@ def test_lift_lifts_exactly_the_floats_that_vary(args, lifted):
     if isinstance(lifted[0], list):
         assert type(value) is list
         assert [type(v) for v in value] == [
-            Lifted if type(v) is float and v not in nodes.SPECIAL_SCALARS else type(v)
+            Lifted if type(v) in (float, int) and v not in nodes.SPECIAL_SCALARS else type(v)
             for v in args[0]
         ]
     elif lifted[0] == "nan":
@@ -105,7 +108,9 @@ def test_each_recorded_op_makes_one_counted_pending_tensor(device, metrics):
 def test_a_lifted_scalar_computes_in_its_ops_floating_dtype(device, dtype, expected):
     t = functional.unwrap(torch.zeros(2, dtype=dtype, device=device))
     assert t.dtype == dtype
-    assert dispatch._scalar_dtype([Lifted(0.5), t]) == (expected or torch.get_default_dtype())
+    assert dispatch._scalar_dtype([Lifted(0.5), t], 0.5) == (expected or torch.get_default_dtype())
+    # an int beside integer or bool tensors is a 0-dim int64, which does not widen them
+    assert dispatch._scalar_dtype([Lifted(3), t], 3) == (expected or torch.int64)
     half = functional.unwrap(torch.ones(2, dtype=torch.float16, device=device) * 0.25)
     assert half.dtype == torch.float16 and torch.equal(
         (half * 0.25).cpu(), torch.full((2,), 0.0625, dtype=torch.float16))

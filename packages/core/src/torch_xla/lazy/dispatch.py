@@ -213,7 +213,8 @@ def input_values(tensors: list, device: int | None) -> tuple[list, int]:
                 raise device_mismatch_error(device, node.device)
             values.append((node, t._index))
         elif type(t) is Lifted:
-            values.append((nodes.lifted_data(t.value, _scalar_dtype(tensors), device), 0))
+            values.append((nodes.lifted_data(t.value, _scalar_dtype(tensors, t.value), device),
+                           0))
         else:
             values.append(nodes.as_value(t, device))
     return values, device
@@ -242,26 +243,27 @@ def _inputs(tensors: list, device: int | None) -> tuple[list, tuple, int]:
             return values, tuple([n.avals[i] for n, i in values]), device
     if device is None:
         device = threads.current_index()
-    if lifted:
-        dtype = _scalar_dtype(tensors)
-        for i in lifted:
-            values[i] = (nodes.lifted_data(tensors[i].value, dtype, device), 0)
-            avals[i] = values[i][0].avals[0]
+    for i in lifted:
+        value = tensors[i].value
+        values[i] = (nodes.lifted_data(value, _scalar_dtype(tensors, value), device), 0)
+        avals[i] = values[i][0].avals[0]
     return values, tuple(avals), device
 
 
 _HALVES = (torch.float16, torch.bfloat16)
 
 
-def _scalar_dtype(tensors: list) -> torch.dtype:
-    """A lifted scalar computes in its op's floating dtype (float32 for halves), as ATen does."""
+def _scalar_dtype(tensors: list, value: float | int) -> torch.dtype:
+    """A lifted scalar computes in its op's floating dtype (float32 for halves), as ATen
+    does. Beside integer or bool tensors a float is of the default dtype and an int is an
+    int64: a 0-dim input, which by torch's promotion does not widen the op's tensors."""
     for t in tensors:
         if type(t) is XLATensor:
             dtype = t._node.avals[t._index][1]  # its dtype, without torch's attribute hook
             if dtype.is_floating_point or dtype.is_complex:
                 return torch.float32 if dtype in _HALVES else dtype
             break
-    return torch.get_default_dtype()
+    return torch.int64 if type(value) is int else torch.get_default_dtype()
 
 
 def _device_arg(kwargs: dict) -> int | None:

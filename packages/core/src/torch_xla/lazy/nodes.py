@@ -9,6 +9,7 @@ program sees.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -136,26 +137,29 @@ def as_xla(t: torch.Tensor, device: int) -> XLATensor:
 
 # --- scalars that change every step become graph inputs ----------------------------
 
-# Scalar arguments that typically carry data (learning-rate ratios, bias corrections): a
-# float other than these special values is fed as a device scalar, so a new value does not
-# recompile (PyTorch/XLA does the same). Other scalars stay compile-time constants.
+# Scalar arguments that typically carry data (learning-rate ratios, bias corrections, step
+# counts, offsets): a number other than these special values is fed as a device scalar, so
+# a new value does not recompile (PyTorch/XLA does the same, `XLA_NO_SPECIAL_SCALARS=1`
+# included: then 0, 1 and -1 are fed too). Other scalars stay compile-time constants.
 LIFTED_ARGUMENTS = frozenset({"value", "other", "scalar", "scalars"})
-SPECIAL_SCALARS = frozenset({0.0, 1.0, -1.0})
+NO_SPECIAL_SCALARS = os.environ.get("XLA_NO_SPECIAL_SCALARS", "0") not in ("", "0")
+SPECIAL_SCALARS = frozenset() if NO_SPECIAL_SCALARS else frozenset({0.0, 1.0, -1.0})
 # `Tensor` too: `x / 0.37` reaches the engine as div.Tensor with a Python float.
 _LIFTABLE_TYPES = ("number", "Scalar", "List[number]", "List[Scalar]", "Tensor")
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # a larger int stays a constant, as torch's
 
 
 class Lifted:
-    """A Python float that the graph receives as a runtime input."""
+    """A Python float or int that the graph receives as a runtime input."""
 
     __slots__ = ("value",)
 
-    def __init__(self, value: float) -> None:
+    def __init__(self, value: float | int) -> None:
         self.value = value
 
 
 def lift_plan(func: OpOverload) -> tuple:
-    """(position, name) of each argument of `func` whose float values are lifted."""
+    """(position, name) of each argument of `func` whose number values are lifted."""
     plan = []
     for i, a in enumerate(func._schema.arguments):
         kind = str(a.type)
@@ -165,15 +169,18 @@ def lift_plan(func: OpOverload) -> tuple:
 
 
 def _lift_value(v: Any) -> Any:
-    if type(v) is float:
-        return v if v in SPECIAL_SCALARS else Lifted(v)
-    if type(v) is list or type(v) is tuple:
+    kind = type(v)
+    if kind is float or kind is int:  # never a bool: True is a flag, not data
+        if v in SPECIAL_SCALARS or (kind is int and not _INT64_MIN <= v <= _INT64_MAX):
+            return v
+        return Lifted(v)
+    if kind is list or kind is tuple:
         return [_lift_value(x) for x in v]
     return v
 
 
 def lift(plan: tuple, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    """`args` and `kwargs` with the floats that `plan` names lifted (themselves when none
+    """`args` and `kwargs` with the numbers that `plan` names lifted (themselves when none
     is: an op on a tensor and a special scalar copies nothing)."""
     lifted = None
     for i, name in plan:
@@ -184,10 +191,12 @@ def lift(plan: tuple, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
                 if v in SPECIAL_SCALARS:
                     continue
                 new = Lifted(v)
-            elif kind is list or kind is tuple:
+            elif kind is int or kind is list or kind is tuple:
                 new = _lift_value(v)
+                if new is v:
+                    continue
             else:
-                continue  # a tensor, an int, a bool: nothing to lift
+                continue  # a tensor, a bool: nothing to lift
             lifted = list(args) if lifted is None else lifted
             lifted[i] = new
         elif name in kwargs:
@@ -198,10 +207,10 @@ def lift(plan: tuple, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
 _lifted: dict[tuple, jnp.ndarray] = {}  # by Python value: no CPU tensor made on the hot path
 
 
-def lifted_data(value: float, dtype: torch.dtype, device: int) -> ir.Data:
-    """A lifted scalar as device data (from the scalar cache). Lifted values are never
-    zero (`SPECIAL_SCALARS`), so the float key cannot confuse -0.0 with 0.0."""
-    key = (value, dtype, device)
+def lifted_data(value: float | int, dtype: torch.dtype, device: int) -> ir.Data:
+    """A lifted scalar as device data (from the scalar cache). A zero is lifted only under
+    XLA_NO_SPECIAL_SCALARS, and keyed by its text so that -0.0 is not 0.0."""
+    key = (value, dtype, device) if value else (repr(value), dtype, device)
     found = _lifted.get(key)
     if found is None:
         if len(_lifted) >= SCALAR_CACHE_SIZE:
