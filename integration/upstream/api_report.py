@@ -68,9 +68,7 @@ REASONS: dict[str | tuple[str, str], str] = {
     ("torch_xla", "save_torch_model_as_stablehlo"): NOT_BUILT + "StableHLO export "
     "(`torch_xla.stablehlo`)",
     # torch_xla._XLAC: SPMD
-    **{("torch_xla._XLAC", n): ISSUE_11 for n in (
-        "_xla_get_auto_sharding", "_xla_spmd_all_reduce",
-        "_xla_spmd_reduce_scatter")},
+    ("torch_xla._XLAC", "_xla_get_auto_sharding"): ISSUE_11,
     # torch_xla._XLAC: what the dynamo bridge and buffer donation use
     **{("torch_xla._XLAC", n): ISSUE_12 + ": used by the dynamo bridge" for n in (
         "_check_tensor_need_materialization", "_clear_pending_irs", "_get_base_seed_as_tensor",

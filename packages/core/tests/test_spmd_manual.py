@@ -149,3 +149,117 @@ fails(lambda: torch_xla._XLAC.OpSharding([[0, 1], [2, 3]], [[0]], [[0]],
 print("ok")
 """)
     assert out.strip().endswith("ok")
+
+
+def test_collectives_in_the_region_combine_the_groups_shards_as_numpy_does():
+    # Reference: each device's shard cut from the whole tensor in numpy, then reduced over
+    # its group of devices and scattered as XLA's collectives define it.
+    out = run_spmd("""
+import torch_xla.core.xla_model as xm
+mesh = xs.Mesh(np.arange(n), (1, n), ("a", "b"))
+torch.manual_seed(0)
+whole = torch.randn(8, 4 * n)
+shards = np.split(whole.numpy(), n, axis=1)  # device d holds shards[d], (8, 4)
+combine = {xm.REDUCE_SUM: np.add, xm.REDUCE_MUL: np.multiply, xm.REDUCE_MIN: np.minimum,
+           xm.REDUCE_MAX: np.maximum}
+
+def region():
+    return xs.enable_manual_sharding(whole.to("xla"), (None, "b"), mesh=mesh).global_tensor
+
+def closed(y, shape):
+    return xs.disable_manual_sharding(y, (None, "b"), shape, mesh=mesh).global_tensor.cpu()
+
+def expected_reduced(groups, reduce_type, scale):
+    out = [None] * n
+    for g in groups:
+        total = shards[g[0]]
+        for d in g[1:]:
+            total = combine[reduce_type](total, shards[d])
+        for d in g:
+            out[d] = total * scale
+    return out
+
+pairs = [[0, 1], [2, 3]] if n == 4 else [list(range(n))]
+strided = [[0, 2], [1, 3]] if n == 4 else [list(range(n))]
+for groups in ([list(range(n))], pairs, strided, []):
+    for reduce_type in combine:
+        for scale in (1.0, 0.25):
+            y = torch_xla._XLAC._xla_spmd_all_reduce(reduce_type, region(), scale, groups)
+            assert torch_xla._XLAC._get_xla_sharding_spec(y) == "{manual}"
+            got = closed(y, (8, 4 * n)).numpy()
+            want = np.concatenate(expected_reduced(groups or [list(range(n))], reduce_type,
+                                                   scale), axis=1)
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+for groups in (pairs, strided):
+    count = len(groups[0])
+    for dim in (0, -1):
+        reduced = expected_reduced(groups, xm.REDUCE_SUM, 0.5)
+        pieces = [None] * n
+        for g in groups:
+            for i, d in enumerate(g):
+                pieces[d] = np.split(reduced[d], count, axis=dim)[i]
+        y = torch_xla._XLAC._xla_spmd_reduce_scatter(xm.REDUCE_SUM, region(), 0.5, dim,
+                                                     count, groups)
+        shape = (8 // count, 4 * n) if dim == 0 else (8, 4 * n // count)
+        got = closed(y, shape).numpy()
+        np.testing.assert_allclose(got, np.concatenate(pieces, axis=1), rtol=1e-5, atol=1e-5)
+
+# the collective is XLA's own, over global device ids, in the compiled graph
+y = torch_xla._XLAC._xla_spmd_all_reduce(xm.REDUCE_SUM, region(), 1.0, pairs)
+hlo = torch_xla._XLAC._get_xla_tensors_hlo([xs.disable_manual_sharding(
+    y, (None, "b"), (8, 4 * n), mesh=mesh).global_tensor])
+groups_text = "{" + ",".join("{" + ",".join(map(str, g)) + "}" for g in pairs) + "}"
+assert f"replica_groups={groups_text}, use_global_device_ids=true" in hlo, hlo
+assert "all-reduce(" in hlo
+print("ok")
+""")
+    assert out.strip().splitlines()[-1] == "ok"
+
+
+def test_collectives_outside_a_region_or_with_bad_groups_say_what_is_wrong():
+    out = run_spmd("""
+import torch_xla.core.xla_model as xm
+mesh = xs.Mesh(np.arange(n), (1, n), ("a", "b"))
+
+def error(fn):
+    try:
+        fn()
+    except (RuntimeError, ValueError, IndexError) as e:
+        return type(e).__name__ + ": " + str(e)
+    raise AssertionError("no error")
+
+plain = torch.ones(8, 8).to("xla")
+print(error(lambda: torch_xla._XLAC._xla_spmd_all_reduce(xm.REDUCE_SUM, plain, 1.0, [])))
+region = xs.enable_manual_sharding(torch.ones(8, 8).to("xla"), (None, "b"), mesh=mesh)
+region = region.global_tensor
+print(error(lambda: torch_xla._XLAC._xla_spmd_all_reduce(xm.REDUCE_SUM, region, 1.0,
+                                                         [[0, 1], [1, 2, 3]])))
+print(error(lambda: torch_xla._XLAC._xla_spmd_all_reduce("median", region, 1.0, [])))
+print(error(lambda: torch_xla._XLAC._xla_spmd_reduce_scatter(xm.REDUCE_SUM, region, 1.0, 0,
+                                                             3, [])))
+print(error(lambda: torch_xla._XLAC._xla_spmd_reduce_scatter(xm.REDUCE_SUM, region, 1.0, 5,
+                                                             n, [])))
+""")
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("RuntimeError: _xla_spmd_all_reduce runs inside a manual region")
+    assert "enable_manual_sharding" in lines[0]
+    assert lines[1].startswith("ValueError: _xla_spmd_all_reduce: groups [[0, 1], [1, 2, 3]] "
+                               "must be equal-sized lists of device ids")
+    assert lines[2].startswith("ValueError: Unknown reduce_type 'median'")
+    assert lines[3].startswith("ValueError: _xla_spmd_reduce_scatter: shard_count 3 must be "
+                               "the size of each group, 4")
+    assert lines[4].startswith("IndexError: dimension 5 is out of range for a 2-d tensor")
+
+
+def test_collectives_need_spmd_mode():
+    done = conftest.run_python("""
+        import torch, torch_xla
+        import torch_xla.core.xla_model as xm
+        try:
+            torch_xla._XLAC._xla_spmd_all_reduce(xm.REDUCE_SUM, torch.ones(2).to("xla"), 1.0, [])
+        except RuntimeError as e:
+            print(e)
+        """, env={"PJRT_DEVICE": "CPU"})
+    assert done.returncode == 0, done.stderr
+    assert "_xla_spmd_all_reduce needs SPMD mode: call torch_xla.runtime.use_spmd()" in done.stdout

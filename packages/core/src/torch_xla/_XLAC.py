@@ -322,6 +322,26 @@ def _spmd_shard_to_full_shape(tensor: Any, sharding: Any, output_shape: Any,
                                                 tuple(output_shape), output_dtype))
 
 
+def _xla_spmd_all_reduce(reduce_type: str, input: Any, scale: float, groups: list) -> Any:
+    """Inside a manual region: each device's shard reduced over its group of devices
+    (global device ids; every device in one group), times `scale`."""
+    from torch_xla.lazy import functional, manual
+
+    return functional.wrap(manual.all_reduce(_sharded_engine_tensor(input), reduce_type,
+                                             scale, groups))
+
+
+def _xla_spmd_reduce_scatter(reduce_type: str, input: Any, scale: float, scatter_dim: int,
+                             shard_count: int, groups: list) -> Any:
+    """Inside a manual region: each device's shard reduced over its group of
+    `shard_count` devices, the device at position i of its group keeping piece i of
+    `scatter_dim`, times `scale`."""
+    from torch_xla.lazy import functional, manual
+
+    return functional.wrap(manual.reduce_scatter(_sharded_engine_tensor(input), reduce_type,
+                                                 scale, scatter_dim, shard_count, groups))
+
+
 def _get_local_shards(tensors: list) -> list[list[tuple[Any, str]]]:
     """Per tensor, (host copy, runtime device) of each tile on this process's devices."""
     from torch_xla.distributed.spmd import xla_sharded_tensor

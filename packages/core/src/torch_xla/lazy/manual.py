@@ -2,10 +2,12 @@
 computes on its own shard, opened and closed by the user (`xs.enable_manual_sharding`).
 
 `full_to_shard(t)` gives a tensor of each device's shard shape, sharded `{manual}`; ops
-on it run per shard; `mark_manual(t)` annotates a value of the region; `shard_to_full`
-closes it, giving the global tensor laid out as asked. Each is a node of the graph
-(`lowering/manual.py` lowers them to jax's custom calls); `partitioner(order)` lowers a
-graph holding one for XLA's GSPMD partitioner, the one that reads them.
+on it run per shard; `all_reduce` and `reduce_scatter` combine the shards of groups of
+devices; `mark_manual(t)` annotates a value of the region; `shard_to_full` closes it,
+giving the global tensor laid out as asked. Each is a node of the graph
+(`lowering/manual.py` lowers them to jax's custom calls and XLA's collectives);
+`partitioner(order)` lowers a graph holding one for XLA's GSPMD partitioner, the one that
+reads them.
 """
 
 from __future__ import annotations
@@ -16,9 +18,18 @@ from typing import Any
 import torch
 
 from torch_xla.lazy import nodes, sharding
-from torch_xla.lazy.sharding import FULL_TO_SHARD_OP, MANUAL_OP, MANUAL_OPS, SHARD_TO_FULL_OP
+from torch_xla.lazy.sharding import (
+    FULL_TO_SHARD_OP,
+    MANUAL_OP,
+    MANUAL_OPS,
+    SHARD_TO_FULL_OP,
+    SPMD_ALL_REDUCE_OP,
+    SPMD_REDUCE_SCATTER_OP,
+)
 from torch_xla.lazy.tensor import XLATensor
+from torch_xla.lowering import collectives
 from torch_xla.lowering import manual as lowering
+from torch_xla.pjrt.client import client
 
 
 def _full_to_shard(x: Any, layout: sharding.Layout, shard_shape: tuple) -> Any:
@@ -114,6 +125,89 @@ def shard_to_full(t: XLATensor, layout_: Any, full_shape: tuple, dtype: torch.dt
     layout = sharding.Layout(layout_, len(full_shape))
     return XLATensor(nodes.engine_node(SHARD_TO_FULL_OP, _shard_to_full, (layout, full_shape),
                                        [(node, index)], (full_shape, dtype), node.device))
+
+
+def _all_reduce(x: Any, layout: sharding.Layout, reduce_type: str, scale: float,
+                groups: tuple) -> Any:
+    return lowering.spmd_all_reduce(x, reduce_type, scale, groups)
+
+
+def _reduce_scatter(x: Any, layout: sharding.Layout, reduce_type: str, scale: float,
+                    dim: int, count: int, groups: tuple) -> Any:
+    return lowering.spmd_reduce_scatter(x, reduce_type, scale, dim, count, groups)
+
+
+def _in_region(t: XLATensor) -> bool:
+    """Whether `t` is computed from a manual region's value (a walk of its graph back to
+    where the region opened, or to data)."""
+    seen, stack = set(), [t._node]
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.op in MANUAL_OPS and node.op != SHARD_TO_FULL_OP:
+            return True
+        stack.extend(n for n, _ in node.inputs if n.op != SHARD_TO_FULL_OP)
+    return False
+
+
+def _device_groups(groups: Any, what: str) -> tuple[tuple[int, ...], ...]:
+    """`groups` of global device ids, checked: equal-sized, every device of the SPMD
+    program in exactly one (None or []: one group of every device)."""
+    count = len(client().global_devices)
+    if not groups:
+        return (tuple(range(count)),)
+    out = tuple(tuple(int(d) for d in g) for g in groups)
+    if sorted(d for g in out for d in g) != list(range(count)) or len({len(g) for g in out}) != 1:
+        raise ValueError(f"{what}: groups {[list(g) for g in out]} must be equal-sized lists "
+                         f"of device ids that together name each of the {count} devices "
+                         f"0..{count - 1} exactly once.")
+    return out
+
+
+def _collective_input(t: XLATensor, reduce_type: str, what: str) -> tuple:
+    sharding.check_spmd(what)
+    collectives.check_reduce_type(reduce_type)
+    if not _in_region(t):
+        raise RuntimeError(f"{what} runs inside a manual region, on each device's shard: "
+                           "call it on a tensor computed from xs.enable_manual_sharding(...) "
+                           "(or _spmd_full_to_shard_shape), before the region is closed.")
+    node, index = t.value
+    return node, index, node.avals[index]
+
+
+def all_reduce(t: XLATensor, reduce_type: str, scale: float, groups: Any) -> XLATensor:
+    """Each device's shard of `t` reduced (`reduce_type`) over its group of devices, times
+    `scale` (PyTorch/XLA's `_xla_spmd_all_reduce`)."""
+    what = "_xla_spmd_all_reduce"
+    node, index, aval = _collective_input(t, reduce_type, what)
+    groups = _device_groups(groups, what)
+    layout = sharding.Layout(lowering.MANUAL, len(aval[0]))
+    return XLATensor(nodes.engine_node(
+        SPMD_ALL_REDUCE_OP, _all_reduce, (layout, reduce_type, float(scale), groups),
+        [(node, index)], aval, node.device))
+
+
+def reduce_scatter(t: XLATensor, reduce_type: str, scale: float, dim: int, count: int,
+                   groups: Any) -> XLATensor:
+    """Each device's shard of `t` reduced over its group of `count` devices and cut along
+    `dim` into `count` pieces, the i-th device of a group keeping piece i, times `scale`
+    (PyTorch/XLA's `_xla_spmd_reduce_scatter`)."""
+    what = "_xla_spmd_reduce_scatter"
+    node, index, (shape, dtype) = _collective_input(t, reduce_type, what)
+    groups = _device_groups(groups, what)
+    if int(count) != len(groups[0]):
+        raise ValueError(f"{what}: shard_count {count} must be the size of each group, "
+                         f"{len(groups[0])}.")
+    dim = collectives.check_dim(shape, int(dim))
+    collectives.check_divisible(shape, dim, int(count), what)
+    layout = sharding.Layout(lowering.MANUAL, len(shape))
+    out = (collectives.resized(shape, dim, divisor=int(count)), dtype)
+    return XLATensor(nodes.engine_node(
+        SPMD_REDUCE_SCATTER_OP, _reduce_scatter,
+        (layout, reduce_type, float(scale), dim, int(count), groups),
+        [(node, index)], out, node.device))
 
 
 def partitioner(order: list) -> Any:

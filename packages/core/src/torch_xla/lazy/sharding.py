@@ -46,7 +46,10 @@ CONSTRAINT_OP = "xla::sharding_constraint"
 FULL_TO_SHARD_OP = "xla::spmd_full_to_shard_shape"
 MANUAL_OP = "xla::manual_sharding"
 SHARD_TO_FULL_OP = "xla::spmd_shard_to_full_shape"
-MANUAL_OPS = frozenset({FULL_TO_SHARD_OP, MANUAL_OP, SHARD_TO_FULL_OP})
+SPMD_ALL_REDUCE_OP = "xla::spmd_all_reduce"  # collectives inside a manual region
+SPMD_REDUCE_SCATTER_OP = "xla::spmd_reduce_scatter"
+MANUAL_OPS = frozenset({FULL_TO_SHARD_OP, MANUAL_OP, SHARD_TO_FULL_OP, SPMD_ALL_REDUCE_OP,
+                        SPMD_REDUCE_SCATTER_OP})
 SHARD_ALIKE_OP = "xla::shard_alike"
 
 

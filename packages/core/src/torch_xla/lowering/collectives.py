@@ -211,7 +211,7 @@ def _reduce(x: jax.Array, reduce_type: str, groups: Groups) -> jax.Array:
     return functools.reduce(_COMBINE[reduce_type], [values[i] for i in range(values.shape[0])])
 
 
-def _scaled(x: jax.Array, scale: float) -> jax.Array:
+def scaled(x: jax.Array, scale: float) -> jax.Array:
     if scale == 1.0:
         return x
     return (x * scale).astype(x.dtype)
@@ -220,7 +220,7 @@ def _scaled(x: jax.Array, scale: float) -> jax.Array:
 @collective
 def all_reduce(*xs, reduce_type: str, scale: float, groups: Groups, world: int):
     _check_world(world, "all_reduce")
-    return tuple(_scaled(_reduce(x, reduce_type, groups), scale) for x in xs)
+    return tuple(scaled(_reduce(x, reduce_type, groups), scale) for x in xs)
 
 
 @collective
@@ -248,13 +248,13 @@ def all_gather_coalesced(*xs, dim: int, groups: Groups, world: int):
 def reduce_scatter(x, *, reduce_type: str, scale: float, dim: int, groups: Groups, world: int):
     _check_world(world, "reduce_scatter")
     if reduce_type == "sum" and x.dtype != jnp.bool_:
-        return _scaled(lax.psum_scatter(x, AXIS, scatter_dimension=dim, tiled=True,
+        return scaled(lax.psum_scatter(x, AXIS, scatter_dimension=dim, tiled=True,
                                         axis_index_groups=_index_groups(groups)), scale)
     count = group_size(groups, world)
     full = _reduce(x, reduce_type, groups)
     chunk = x.shape[dim] // count
     position = _position(groups, world)
-    return _scaled(lax.dynamic_slice_in_dim(full, position * chunk, chunk, axis=dim), scale)
+    return scaled(lax.dynamic_slice_in_dim(full, position * chunk, chunk, axis=dim), scale)
 
 
 @collective

@@ -1,6 +1,7 @@
 """Manual sharding as JAX: the custom calls that open and close a manual region of an SPMD
 program (PyTorch/XLA's `_spmd_full_to_shard_shape`, `_spmd_shard_to_full_shape` and
-`_mark_manual_sharding`).
+`_mark_manual_sharding`), and the collectives that run inside one
+(`_xla_spmd_all_reduce`, `_xla_spmd_reduce_scatter`).
 
 They are jax's own: `SPMDFullToShardShape` turns a global value into each device's shard
 (sharding `{manual}`), `SPMDShardToFullShape` turns the shards back into the global
@@ -21,11 +22,16 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 from jax._src import config as jax_config
 from jax._src import core
 from jax._src.interpreters import mlir  # the helpers jax's shard_map lowering uses
 from jax._src.lib import xla_client as xc
+from jax._src.lib.mlir import ir
+from jax._src.lib.mlir.dialects import hlo
 from jax.extend.core import Primitive
+
+from torch_xla.lowering import collectives
 
 
 class ManualSharding:
@@ -130,3 +136,79 @@ def mark_manual(x: Any) -> Any:
 def shard_to_full(x: Any, full_shape: tuple[int, ...], sharding: Any) -> Any:
     """The global value of `full_shape` whose shards, laid out as `sharding`, are `x`."""
     return _shard_to_full_p.bind(x, full_shape=tuple(full_shape), sharding=sharding)
+
+
+# --- collectives inside a manual region --------------------------------------------------
+# Each device runs them on its own shard. Their replica groups name global device ids
+# (XLA's `use_global_device_ids`), as PyTorch/XLA's SPMD collectives do: every device of
+# the program in exactly one group.
+
+_REDUCERS = {"sum": hlo.AddOp, "mul": hlo.MulOp, "min": hlo.MinOp, "max": hlo.MaxOp,
+             "and": hlo.AndOp, "or": hlo.OrOp}
+Groups = tuple[tuple[int, ...], ...]
+
+
+def _collective_attributes() -> dict:
+    return {"channel_handle": hlo.ChannelHandle.get(mlir.COLLECTIVE_CHANNEL_ID,
+                                                    mlir.DEVICE_TO_DEVICE_TYPE),
+            "use_global_device_ids": True}
+
+
+def _with_reducer(op: Any, aval: Any, reduce_type: str) -> Any:
+    """`op` with its reduction region: `reduce_type` of two scalars of `aval`'s dtype."""
+    scalar = ir.RankedTensorType.get([], mlir.dtype_to_ir_type(aval.dtype))
+    block = op.regions[0].blocks.append(scalar, scalar)
+    with ir.InsertionPoint(block):
+        hlo.return_([_REDUCERS[reduce_type](*block.arguments).result])
+    return op
+
+
+def _groups_attribute(groups: Groups) -> Any:
+    return ir.DenseIntElementsAttr.get(np.asarray(groups, np.int64))
+
+
+_spmd_all_reduce_p = Primitive("xla_spmd_all_reduce")
+_spmd_all_reduce_p.def_abstract_eval(lambda x, **_: core.ShapedArray(x.shape, x.dtype))
+
+
+def _spmd_all_reduce_lowering(ctx, x, *, reduce_type: str, groups: Groups):
+    _check_gspmd("_xla_spmd_all_reduce")
+    aval = ctx.avals_out[0]
+    result = mlir.aval_to_ir_type(ctx.module_context, aval)
+    op = hlo.AllReduceOp([result], [x], _groups_attribute(groups), **_collective_attributes())
+    return _with_reducer(op, aval, reduce_type).results
+
+
+mlir.register_lowering(_spmd_all_reduce_p, _spmd_all_reduce_lowering)
+
+_spmd_reduce_scatter_p = Primitive("xla_spmd_reduce_scatter")
+_spmd_reduce_scatter_p.def_abstract_eval(
+    lambda x, *, dim, count, **_: core.ShapedArray(
+        collectives.resized(x.shape, dim, divisor=count), x.dtype))
+
+
+def _spmd_reduce_scatter_lowering(ctx, x, *, reduce_type: str, dim: int, count: int,
+                                  groups: Groups):
+    _check_gspmd("_xla_spmd_reduce_scatter")
+    aval = ctx.avals_out[0]
+    result = mlir.aval_to_ir_type(ctx.module_context, aval)
+    op = hlo.ReduceScatterOp(result, x, dim, _groups_attribute(groups), **_collective_attributes())
+    return _with_reducer(op, aval, reduce_type).results
+
+
+mlir.register_lowering(_spmd_reduce_scatter_p, _spmd_reduce_scatter_lowering)
+
+
+def spmd_all_reduce(x: Any, reduce_type: str, scale: float, groups: Groups) -> Any:
+    """Each device's shard `x` reduced over its group of devices, times `scale`."""
+    out = _spmd_all_reduce_p.bind(x, reduce_type=reduce_type, groups=groups)
+    return collectives.scaled(out, scale)
+
+
+def spmd_reduce_scatter(x: Any, reduce_type: str, scale: float, dim: int, count: int,
+                        groups: Groups) -> Any:
+    """Each device's shard `x` reduced over its group of `count` devices, then cut in
+    `count` pieces along `dim`: the device at position i of its group keeps piece i."""
+    out = _spmd_reduce_scatter_p.bind(x, reduce_type=reduce_type, dim=dim, count=count,
+                                      groups=groups)
+    return collectives.scaled(out, scale)
