@@ -179,27 +179,27 @@ def _receive_count(conn: socket.socket) -> int:
     return _COUNT.unpack(data)[0]
 
 
-_servers: list[_Server] = []
+_server: _Server | None = None
 _lock = threading.Lock()
 _failed = False
 
 
 def _server_for(env: dict[str, str]) -> _Server | None:
     """This process's server when `env` may run in it, started on first use."""
-    global _failed
+    global _server, _failed
     if _failed or os.environ.get(FRESH_ENV) == "1" or not hasattr(os, "fork") or not hasattr(
             socket, "AF_UNIX"):
         return None
     with _lock:
-        if not _servers or not _servers[0].alive():
-            base = {k: v for k, v in os.environ.items() if _late(k) is False}
+        if _server is None or not _server.alive():
+            base = {k: v for k, v in os.environ.items() if not _late(k)}
             try:
-                _servers[:] = [_Server(base)]
+                _server = _Server(base)
             except (OSError, RuntimeError) as error:
                 _failed = True
                 print(f"forked_python: runs use fresh interpreters ({error})", file=sys.stderr)
                 return None
-        server = _servers[0]
+        server = _server
     return None if _differs_early(env, server.env) else server
 
 

@@ -108,9 +108,11 @@ def test_each_recorded_op_makes_one_counted_pending_tensor(device, metrics):
 def test_a_lifted_scalar_computes_in_its_ops_floating_dtype(device, dtype, expected):
     t = functional.unwrap(torch.zeros(2, dtype=dtype, device=device))
     assert t.dtype == dtype
-    assert dispatch._scalar_dtype([Lifted(0.5), t], 0.5) == (expected or torch.get_default_dtype())
+    assert dispatch._lifted_dtype(dispatch._floating_dtype([Lifted(0.5), t]), 0.5) == (
+        expected or torch.get_default_dtype())
     # an int beside integer or bool tensors is a 0-dim int64, which does not widen them
-    assert dispatch._scalar_dtype([Lifted(3), t], 3) == (expected or torch.int64)
+    assert dispatch._lifted_dtype(dispatch._floating_dtype([Lifted(3), t]), 3) == (
+        expected or torch.int64)
     half = functional.unwrap(torch.ones(2, dtype=torch.float16, device=device) * 0.25)
     assert half.dtype == torch.float16 and torch.equal(
         (half * 0.25).cpu(), torch.full((2,), 0.0625, dtype=torch.float16))

@@ -213,8 +213,8 @@ def input_values(tensors: list, device: int | None) -> tuple[list, int]:
                 raise device_mismatch_error(device, node.device)
             values.append((node, t._index))
         elif type(t) is Lifted:
-            values.append((nodes.lifted_data(t.value, _scalar_dtype(tensors, t.value), device),
-                           0))
+            dtype = _lifted_dtype(_floating_dtype(tensors), t.value)
+            values.append((nodes.lifted_data(t.value, dtype, device), 0))
         else:
             values.append(nodes.as_value(t, device))
     return values, device
@@ -243,26 +243,36 @@ def _inputs(tensors: list, device: int | None) -> tuple[list, tuple, int]:
             return values, tuple([n.avals[i] for n, i in values]), device
     if device is None:
         device = threads.current_index()
-    for i in lifted:
-        value = tensors[i].value
-        values[i] = (nodes.lifted_data(value, _scalar_dtype(tensors, value), device), 0)
-        avals[i] = values[i][0].avals[0]
+    if lifted:
+        floating = _floating_dtype(tensors)
+        for i in lifted:
+            value = tensors[i].value
+            values[i] = (nodes.lifted_data(value, _lifted_dtype(floating, value), device), 0)
+            avals[i] = values[i][0].avals[0]
     return values, tuple(avals), device
 
 
 _HALVES = (torch.float16, torch.bfloat16)
 
 
-def _scalar_dtype(tensors: list, value: float | int) -> torch.dtype:
-    """A lifted scalar computes in its op's floating dtype (float32 for halves), as ATen
-    does. Beside integer or bool tensors a float is of the default dtype and an int is an
-    int64: a 0-dim input, which by torch's promotion does not widen the op's tensors."""
+def _floating_dtype(tensors: list) -> torch.dtype | None:
+    """The dtype a lifted float computes in when the op's first tensor is floating or
+    complex (float32 for halves, as ATen does); None beside an integer or bool tensor."""
     for t in tensors:
         if type(t) is XLATensor:
             dtype = t._node.avals[t._index][1]  # its dtype, without torch's attribute hook
             if dtype.is_floating_point or dtype.is_complex:
                 return torch.float32 if dtype in _HALVES else dtype
-            break
+            return None
+    return None
+
+
+def _lifted_dtype(floating: torch.dtype | None, value: float | int) -> torch.dtype:
+    """A lifted scalar's dtype: the op's floating dtype; else a float is of the default
+    dtype and an int is an int64, a 0-dim input that by torch's promotion does not widen
+    the op's integer tensors."""
+    if floating is not None:
+        return floating
     return torch.int64 if type(value) is int else torch.get_default_dtype()
 
 

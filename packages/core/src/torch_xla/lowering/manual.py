@@ -145,7 +145,7 @@ def shard_to_full(x: Any, full_shape: tuple[int, ...], sharding: Any) -> Any:
 
 _REDUCERS = {"sum": hlo.AddOp, "mul": hlo.MulOp, "min": hlo.MinOp, "max": hlo.MaxOp,
              "and": hlo.AndOp, "or": hlo.OrOp}
-Groups = tuple[tuple[int, ...], ...]
+Groups = tuple[tuple[int, ...], ...]  # always given here: one group of all is spelled out
 
 
 def _collective_attributes() -> dict:
