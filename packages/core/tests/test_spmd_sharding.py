@@ -138,6 +138,31 @@ print("ok")
     assert out.strip().endswith("ok")
 
 
+def test_backward_optimization_barrier_holds_a_modules_gradients():
+    """`xs.apply_backward_optimization_barrier(m)`: the gradients of m's parameters and
+    those flowing out of m go through one optimization barrier (as PyTorch/XLA's), and
+    every gradient still equals eager PyTorch's on the CPU."""
+    out = run_spmd("""
+import copy, re
+torch.manual_seed(0)
+ref = torch.nn.Sequential(torch.nn.Linear(128, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
+model = copy.deepcopy(ref).to("xla")
+xs.apply_backward_optimization_barrier(model[2])
+x = torch.randn(2, 128)
+model(x.to("xla")).sum().backward()
+ref(x).sum().backward()
+hlo = torch_xla._XLAC._get_xla_tensors_hlo([model[2].weight.grad])
+barrier = [line for line in hlo.splitlines() if " opt-barrier(" in line]
+assert len(barrier) == 1, hlo
+shapes = re.sub(r"\\{[0-9,]*\\}", "", barrier[0].split(" = ")[1].split(") opt-barrier")[0])
+assert shapes == "(f32[1,64], f32[1], f32[2,64]", shapes
+for (name, p), (_, r) in zip(model.named_parameters(), ref.named_parameters()):
+    assert torch.allclose(p.grad.cpu(), r.grad, atol=1e-5), name
+print("ok")
+""")
+    assert out.strip().endswith("ok")
+
+
 def test_a_marked_tensor_keeps_its_sharding_through_in_place_updates():
     """PyTorch/XLA keeps a sharding on the tensor: an in-place op's new value (pending, or
     device data after a sync, or written from the host) is laid out as marked."""

@@ -18,9 +18,9 @@ import torch
 import torch.nn as nn
 
 import torch_xla
-import torch_xla.core.xla_model as xm
 import torch_xla.distributed.spmd as spmd
 from torch_xla.distributed.fsdp.wrap import recursive_wrap
+from torch_xla.distributed.spmd.xla_sharding import backward_optimization_barrier_hook
 
 __all__ = ["SpmdFullyShardedDataParallel"]
 
@@ -66,16 +66,6 @@ def _check_wrappable(module: nn.Module) -> None:
             f"The module wrapped by FSDP must define a `forward` method, and the wrapper must "
             f"be called for its forward pass; {type(module).__name__} has none. Do not wrap "
             "nn.ModuleList or nn.ModuleDict: wrap the modules they hold.")
-
-
-def _gradient_barrier(module: nn.Module, grad_input: tuple, grad_output: tuple) -> None:
-    # One optimization barrier over the module's parameter gradients and input gradients:
-    # XLA may not fuse the gradient syncs of this layer with the rest of the backward.
-    grads = [p.grad for p in module.parameters() if p.grad is not None]
-    grads += [g for g in grad_input if isinstance(g, torch.Tensor)]
-    xla = [g for g in grads if g.device.type == "xla"]
-    if xla:
-        xm.optimization_barrier_(xla)
 
 
 def _default_shard_output(extra_data_axis: str | None) -> Callable[[Any, spmd.Mesh], None]:
@@ -133,7 +123,7 @@ class SpmdFullyShardedDataParallel(nn.Module):
         self._shard_parameters(self._orig_module)
         # The full backward hook needs the module's outputs to carry grad_fns, so it goes on
         # the wrapped module (whose forward we call), as PyTorch/XLA does.
-        self._orig_module.register_full_backward_hook(_gradient_barrier)
+        self._orig_module.register_full_backward_hook(backward_optimization_barrier_hook)
         self._shard_output = shard_output or _default_shard_output(extra_data_axis)
 
     def _shard_parameters(self, module: nn.Module) -> None:

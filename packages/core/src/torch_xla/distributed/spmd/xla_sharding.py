@@ -329,18 +329,22 @@ class ShardingSpec:
         return self.mesh.get_op_sharding(self.partition_spec)
 
 
+def backward_optimization_barrier_hook(module: torch.nn.Module, grad_input: tuple,
+                                       grad_output: tuple) -> None:
+    """A full backward hook: `module`'s parameter gradients (those accumulated when it
+    runs) and the gradients flowing out of it take their values through one optimization
+    barrier, in place, so XLA does not fuse that backward with the layers' around it
+    (keeps peak memory bounded). Gradients off the XLA device are left alone."""
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    grads += [g for g in grad_input if isinstance(g, torch.Tensor)]
+    on_xla = [g for g in grads if g.device.type == "xla"]
+    if on_xla:
+        optimization_barrier_(on_xla)
+
+
 def apply_backward_optimization_barrier(m: torch.nn.Module) -> None:
-    """Put an optimization barrier on the gradients flowing out of `m`'s backward, so XLA
-    does not fuse that backward with the layers' around it (keeps peak memory bounded)."""
-
-    def barrier(module: torch.nn.Module, grad_input: tuple, grad_output: tuple) -> tuple:
-        grads = [g.clone() if g is not None else None for g in grad_input]
-        present = [g for g in grads if g is not None]
-        if present:
-            optimization_barrier_(present)
-        return tuple(grads)
-
-    m.register_full_backward_hook(barrier)
+    """Put an optimization barrier on `m`'s backward (`backward_optimization_barrier_hook`)."""
+    m.register_full_backward_hook(backward_optimization_barrier_hook)
 
 
 class XLAPatchedLinear(torch.autograd.Function):
