@@ -51,11 +51,12 @@ def test_tensors_text_shows_the_pending_ir_and_runs_nothing(device):
     c = a.to(torch.bfloat16)
     lines = xlac._get_xla_tensors_text([b, c]).split("\n")
     assert lines[0] == "IR {" and lines[-2:] == ["}", ""]
-    assert lines[1] == "  %0 = f32[2,3] xla::device_data()"
-    assert lines[2] == "  %1 = f32[] xla::device_data()"  # the 2, lifted to an input
-    assert lines[3] == "  %2 = f32[2,3] aten::add(%0, %1)"
+    # PyTorch/XLA's post-order: an op's last input first (the 2, lifted to an input)
+    assert lines[1] == "  %0 = f32[] xla::device_data()"
+    assert lines[2] == "  %1 = f32[2,3] xla::device_data()"
+    assert lines[3] == "  %2 = f32[2,3] aten::add(%1, %0)"
     assert lines[4] == "  %3 = f32[2] aten::sum(%2), ROOT=0"
-    assert lines[5].startswith("  %4 = bf16[2,3] ") and lines[5].endswith("(%0), ROOT=1")
+    assert lines[5].startswith("  %4 = bf16[2,3] ") and lines[5].endswith("(%1), ROOT=1")
     assert b.cpu().tolist() == [9.0, 9.0]
 
 
@@ -67,9 +68,10 @@ def test_tensors_hlo_lowers_the_pending_graph(device):
     assert hlo.startswith("HloModule")
     assert "multiply" in hlo and "parameter(0)" in hlo
     # parameters named as PyTorch/XLA names them, in the signature and in the operands
-    assert "%p0.1 = f32[4]{0} parameter(0)" in hlo, hlo
-    assert "%p1.1 = f32[] parameter(1)" in hlo, hlo  # the 3, lifted to an input
-    assert "(p0.1: f32[4], p1.1: f32[])" in hlo and "%p0.1, " in hlo and "Arg_" not in hlo, hlo
+    # in PyTorch/XLA's order: the lifted 3 (the op's last input) is parameter 0
+    assert "%p0.1 = f32[] parameter(0)" in hlo, hlo
+    assert "%p1.1 = f32[4]{0} parameter(1)" in hlo, hlo
+    assert "(p0.1: f32[], p1.1: f32[4])" in hlo and "%p1.1, " in hlo and "Arg_" not in hlo, hlo
     assert b.cpu().tolist() == [0.0, 3.0, 6.0, 9.0]
 
 

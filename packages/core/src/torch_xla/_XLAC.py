@@ -264,6 +264,12 @@ def _get_xla_sharding_type(tensor: Any) -> int | None:
     return None if found is None else int(found)
 
 
+def _xla_get_auto_sharding() -> bool:
+    """Whether XLA's auto-sharding pass shards the programs: never here, since
+    `xr.use_spmd(auto=True)` refuses (jax's compiler offers no auto-sharding)."""
+    return False
+
+
 def _xla_mark_sharding(tensor: Any, sharding: Any) -> None:
     """Lay `tensor` out as `sharding` (what `Mesh.get_op_sharding(spec)` returns)."""
     from torch_xla.lazy import sharding as layouts

@@ -153,7 +153,11 @@ def wait_device_ops() -> None:
 
 
 def walk(values: list[tuple[ir.Node, int]]):
-    """Post-order of every node under `values`, their data leaves, and the sharing pattern."""
+    """Post-order of every node under `values`, their data leaves, and the sharing pattern.
+
+    A node's inputs are visited last to first, as PyTorch/XLA's post-order does, so the
+    programs' parameters come in the order PyTorch/XLA numbers them (in `a + 5` the
+    lifted 5 is parameter 0)."""
     position: dict[int, int] = {}
     order: list[ir.Node] = []
     leaves: list[ir.Data] = []
@@ -164,19 +168,20 @@ def walk(values: list[tuple[ir.Node, int]]):
         if id(root) in position:
             shared.append((edges, position[id(root)]))
             continue
-        stack = [[root, 0]]
+        stack = [[root, len(root.inputs)]]
         while stack:
             top = stack[-1]
             node, i = top
-            if i < len(node.inputs):
-                top[1] = i + 1
+            if i:
+                i -= 1
+                top[1] = i
                 child = node.inputs[i][0]
                 edges += 1
                 seen = position.get(id(child))
                 if seen is not None:
                     shared.append((edges, seen))
                 else:
-                    stack.append([child, 0])
+                    stack.append([child, len(child.inputs)])
             else:
                 stack.pop()
                 position[id(node)] = len(order)
