@@ -67,18 +67,10 @@ REASONS: dict[str | tuple[str, str], str] = {
     ("torch_xla", "save_as_stablehlo"): NOT_BUILT + "StableHLO export (`torch_xla.stablehlo`)",
     ("torch_xla", "save_torch_model_as_stablehlo"): NOT_BUILT + "StableHLO export "
     "(`torch_xla.stablehlo`)",
-    # torch_xla._XLAC: SPMD
-    ("torch_xla._XLAC", "_xla_get_auto_sharding"): ISSUE_11,
     # torch_xla._XLAC: what the dynamo bridge and buffer donation use
     **{("torch_xla._XLAC", n): ISSUE_12 + ": used by the dynamo bridge" for n in (
         "_check_tensor_need_materialization", "_clear_pending_irs", "_get_base_seed_as_tensor",
         "_get_seed_info_id", "_get_tensors_handle")},
-    **{("torch_xla._XLAC", n): ISSUE_12 + ": user buffer donation to compiled graphs" for n in (
-        "_get_buffer_donation", "_set_buffer_donation",
-        "_xla_get_enable_alias_with_buffer_donor_config",
-        "_xla_set_enable_alias_with_buffer_donor_config")},
-    ("torch_xla._XLAC", "_is_placecholder"): NOT_BUILT + "placeholder tensors (no backing "
-    "buffer) and the donation checks that read them",
     ("torch_xla._XLAC", "_get_git_revs"): NOT_BUILT + "upstream reports its C++ build's git "
     "revisions; `torch_xla.version` has ours",
     ("torch_xla._XLAC", "_get_ir_debug"): NOT_BUILT + "IR debug mode (Python source "

@@ -18,6 +18,7 @@ from typing import Any
 from torch_xla import _metrics
 
 _DEFAULT_DEVICE = "xla:0"  # every process computes on its xla:0 unless told otherwise
+_DONATION_SET = _metrics.counter("XlaSetBufferDonation")
 
 
 # --- metrics --------------------------------------------------------------------
@@ -428,11 +429,62 @@ def _xla_step_marker(device: str = _DEFAULT_DEVICE, devices: list | None = None,
 
 
 def _xla_sync_multi(tensors, devices=None, wait: bool = True, sync_xla_data: bool = True) -> None:
+    """Compute `tensors` in one graph per device. `sync_xla_data=False`: the graph takes
+    over no buffer of the tensors it overwrites (only user-marked donors, and only under
+    `_xla_set_enable_alias_with_buffer_donor_config(True)`)."""
     from torch_xla.lazy import functional, graph
 
-    graph.sync([functional.unwrap(t) for t in tensors])
+    graph.sync([functional.unwrap(t) for t in tensors], step=sync_xla_data)
     if wait:
         graph.wait_device_ops()
+
+
+# --- buffer donation the user asks for -------------------------------------------------------
+
+
+def _set_buffer_donation(tensor: Any, should_donate: bool) -> bool:
+    """Mark (or unmark) the device buffer of `tensor` as one the next program reading it
+    may take over for an output (then the tensor's value is gone). False when `tensor` has
+    no device buffer yet (its value is pending): nothing is marked."""
+    from torch_xla.lazy import functional, graph
+
+    node = functional.unwrap(tensor)._node
+    if node.rule is not None:
+        return False
+    graph.mark_donor(node, should_donate)
+    _DONATION_SET.value += 1
+    return True
+
+
+def _get_buffer_donation(tensor: Any) -> bool:
+    """Whether the device buffer of `tensor` is marked as a donor."""
+    from torch_xla.lazy import functional
+
+    node = functional.unwrap(tensor)._node
+    return node.rule is None and node.donor
+
+
+def _is_placecholder(tensor: Any) -> bool:
+    """Whether `tensor` is device data without a buffer (donated to a program); the name
+    is PyTorch/XLA's, misspelling included."""
+    from torch_xla.lazy import functional
+
+    node = functional.unwrap(tensor)._node
+    return node.rule is None and node.array.is_deleted()
+
+
+def _xla_set_enable_alias_with_buffer_donor_config(enabled: bool) -> None:
+    """Let syncs that are not a step's (`_xla_sync_multi(..., sync_xla_data=False)`) give
+    programs the buffers marked with `_set_buffer_donation` too."""
+    from torch_xla.lazy import graph
+
+    graph.set_donor_config(enabled)
+
+
+def _xla_get_enable_alias_with_buffer_donor_config() -> bool:
+    from torch_xla.lazy import graph
+
+    return graph.donor_config()
 
 
 def _xla_wait_device_ops(devices: list | None = None) -> None:

@@ -1,6 +1,7 @@
 """Buffer donation: a sync hands a program the buffers of tensors it overwrites
 (parameters, optimizer state) when nothing else can read them, as PyTorch/XLA's
-parameter aliasing does (XLA_ENABLE_PARAM_ALIASING, on by default).
+parameter aliasing does (XLA_ENABLE_PARAM_ALIASING, on by default), and the buffers
+the user marked (`_XLAC._set_buffer_donation`).
 
 Eager CPU PyTorch is the oracle for every value; `InputOutputAliasCount` (donated
 inputs per compiled graph) says whether a buffer was donated.
@@ -14,6 +15,7 @@ import pytest
 import torch
 
 import torch_xla
+import torch_xla._XLAC as xlac
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 from torch_xla.lazy import functional, graph
@@ -282,3 +284,93 @@ def test_host_data_is_not_donated(device, metrics):
     assert _donated() == [0.0, 1.0]
     assert_close(p, torch.full((4, 4), 3.0))
 
+
+
+# --- donation the user asks for (`_XLAC._set_buffer_donation`) -------------------------
+
+
+def _host(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape)
+
+
+def test_a_marked_buffer_goes_to_an_output_and_its_tensor_says_so(device, metrics):
+    a, b = _host(4, 2, 2), _host(4, 2, 2)
+    t0, t1 = a.to(device), b.to(device)
+    assert xlac._set_buffer_donation(t0, True)
+    assert xlac._get_buffer_donation(t0) and not xlac._get_buffer_donation(t1)
+    assert met.counter_value("XlaSetBufferDonation") == 1
+    t2 = t0 + t1
+    t1 += 2
+    xm.mark_step()
+    assert _donated() == [1.0]  # t0's buffer; t1's is host data (see above), kept
+    assert xlac._is_placecholder(t0) and not xlac._is_placecholder(t1)
+    assert_close(t2, a + b)
+    assert_close(t1, b + 2)
+    # the donated tensor's value is gone: reading it, or computing from it, says so
+    with pytest.raises(graph.DonatedBufferError, match=r"float32\[4, 2, 2\]\) was read after"):
+        t0.cpu()
+    with pytest.raises(graph.DonatedBufferError, match="_set_buffer_donation"):
+        (t0 * 2).cpu()
+
+
+@pytest.mark.parametrize("config", [True, False])
+def test_a_sync_without_xla_data_donates_marked_buffers_only_under_the_config(
+        device, metrics, config):
+    a, b = _host(8), _host(8)
+    t0, t1 = a.to(device), b.to(device)
+    p = t1 * 1
+    xm.mark_step()  # p is a program's result: a step would donate it when overwritten
+    metrics.clear_all()
+    xlac._set_buffer_donation(t0, True)
+    t2 = t0 + t1
+    p += 2
+    assert not xlac._xla_get_enable_alias_with_buffer_donor_config()
+    xlac._xla_set_enable_alias_with_buffer_donor_config(config)
+    try:
+        assert xlac._xla_get_enable_alias_with_buffer_donor_config() == config
+        xlac._xla_sync_multi([t0, t1, t2, p], [str(device)], True, False)
+    finally:
+        xlac._xla_set_enable_alias_with_buffer_donor_config(False)
+    assert _donated() == [1.0 if config else 0.0]  # never p's: not a step's sync
+    assert xlac._is_placecholder(t0) == config and not xlac._is_placecholder(p)
+    assert_close(t2, a + b)
+    assert_close(p, b + 2)
+
+
+def test_a_marked_buffer_updated_in_place_is_donated_once(device, metrics):
+    t = torch.arange(8.0, device=device) * 1
+    xm.mark_step()
+    metrics.clear_all()
+    assert xlac._set_buffer_donation(t, True)
+    t += 2
+    xm.mark_step()
+    assert _donated() == [1.0]
+    assert_close(t, torch.arange(8.0) + 2)
+
+
+def test_marks_on_pending_values_unmarking_and_syncs_that_do_not_read_the_buffer(
+        device, metrics):
+    t = _host(3, 3).to(device)
+    assert not xlac._set_buffer_donation(t * 2, True)  # no buffer yet: nothing marked
+    assert met.counter_value("XlaSetBufferDonation") is None
+    assert xlac._set_buffer_donation(t, True)
+    xm.mark_step()  # nothing reads t: the mark stays
+    xm.mark_step()
+    assert xlac._get_buffer_donation(t)
+    assert xlac._set_buffer_donation(t, False) and not xlac._get_buffer_donation(t)
+    u = t + 1
+    xm.mark_step()
+    assert _donated() == [0.0] and not xlac._is_placecholder(t)
+    assert_close(u, t.cpu() + 1)
+
+
+def test_a_marked_scalar_leaves_the_scalar_cache_alone(device, metrics):
+    s = torch.tensor(42.0, device=device)  # a 0-dim copy shares the scalar cache's buffer
+    assert xlac._set_buffer_donation(s, True)
+    s.add_(1)
+    xm.mark_step()
+    assert _donated() == [0.0] and not xlac._is_placecholder(s)  # 0-dim: never taken
+    u = torch.tensor(42.0, device=device)
+    u.add_(1)
+    xm.mark_step()
+    assert s.item() == 43.0 and u.item() == 43.0

@@ -23,6 +23,15 @@ from the tensors this sync sets to their results (Python reference counts, so a 
 a view's storage, a node of other pending IR, a saved tensor or a cache holding it rules
 it out). Only plain syncs donate: not eager mode, op-by-op runs, SPMD (global arrays) or
 replicated programs. The donated leaf positions are part of the program key.
+
+User donation (PyTorch/XLA's `_XLAC._set_buffer_donation(t, True)`, `mark_donor` here):
+the user marks a tensor's device data as a buffer donor, and a program that reads it
+takes the buffer over for an output of its shape and dtype, whoever else still holds it
+(the user promises nobody reads it again: a tensor left on a donated buffer raises
+`DonatedBufferError` when read). A step's sync (`mark_step`, and syncs of given tensors
+unless `sync_xla_data=False`) honours the marks; other syncs only while PyTorch/XLA's
+switch `_xla_set_enable_alias_with_buffer_donor_config(True)` is on (`set_donor_config`).
+A leaf both marked and updated in place is donated once.
 """
 
 from __future__ import annotations
@@ -86,6 +95,44 @@ def param_aliasing() -> bool:
     return os.environ.get(PARAM_ALIASING_VARIABLE, "1") != "0"
 
 
+class DonatedBufferError(RuntimeError):
+    """A tensor's device buffer was given to a program (`_set_buffer_donation`)."""
+
+
+# PyTorch/XLA's switch for honouring user-marked donors outside a step's sync, and
+# whether any buffer was ever marked (until then a sync never looks for marks).
+_donors = {"config": False, "marked": False}
+
+
+def set_donor_config(enabled: bool) -> None:
+    _donors["config"] = bool(enabled)
+
+
+def donor_config() -> bool:
+    return _donors["config"]
+
+
+def mark_donor(leaf: ir.Data, donate: bool) -> None:
+    """Mark (or unmark) `leaf`'s buffer as one a program may take over. 0-dim and empty
+    buffers are never taken (`plans.Plan.donatable`): a 0-dim one may be the scalar
+    cache's, shared by every tensor of that value."""
+    leaf.donor = bool(donate)
+    if donate:
+        _donors["marked"] = True
+
+
+def check_not_donated(leaves: Sequence[ir.Data]) -> None:
+    """Raise `DonatedBufferError` naming the first of `leaves` whose buffer is gone."""
+    for leaf in leaves:
+        if leaf.rule is None and leaf.donor and leaf.array.is_deleted():
+            shape, dtype = leaf.avals[0]
+            raise DonatedBufferError(
+                f"an XLA tensor ({str(dtype).removeprefix('torch.')}{list(shape)}) was read "
+                "after its device buffer was donated to a computation "
+                "(torch_xla._XLAC._set_buffer_donation(t, True)): its value is gone. Mark only "
+                "tensors that are not read again, or copy the value before the step.")
+
+
 def mark_step() -> None:
     _metrics.counter("MarkStep").inc()
     sync(None)
@@ -93,8 +140,12 @@ def mark_step() -> None:
         dump.save_metrics()
 
 
-def sync(tensors: Sequence[XLATensor] | None = None) -> None:
-    """Compute `tensors` (every live pending tensor if None) in one graph per device."""
+def sync(tensors: Sequence[XLATensor] | None = None, step: bool = True) -> None:
+    """Compute `tensors` (every live pending tensor if None) in one graph per device.
+
+    `step` (PyTorch/XLA's `sync_xla_data`): the programs may take over the buffers of the
+    tensors they overwrite and of user-marked donors; without it, only of the marked
+    donors, and only while `set_donor_config(True)`."""
     if not dump.READ:
         dump.configure(at_sync=True)
     full = tensors is None
@@ -116,7 +167,7 @@ def sync(tensors: Sequence[XLATensor] | None = None) -> None:
         by_device.setdefault(t._node.device, []).append(t)
     op_by_op = dump.SYNC_OPBYOP if full else dump.GET_OPBYOP
     for device, group in by_device.items():
-        _run(device, group, op_by_op)
+        _run(device, group, op_by_op, step)
 
 
 def materialize(tensors: list[XLATensor]) -> None:
@@ -126,7 +177,10 @@ def materialize(tensors: list[XLATensor]) -> None:
 
 def to_cpu(t: XLATensor) -> torch.Tensor:
     materialize([t])
-    return transfer.to_host(t._node.array, t.dtype)
+    node = t._node
+    if node.donor:
+        check_not_donated([node])
+    return transfer.to_host(node.array, t.dtype)
 
 
 def compute_pending(data: Any) -> None:
@@ -191,7 +245,8 @@ def walk(values: list[tuple[ir.Node, int]]):
     return order, position, leaves, shared
 
 
-def _run(device: int, tensors: list[XLATensor], op_by_op: bool = False) -> None:
+def _run(device: int, tensors: list[XLATensor], op_by_op: bool = False,
+         step: bool = True) -> None:
     values = []
     seen: dict[tuple[int, int], int] = {}
     outputs_of: list[int] = []  # tensor i receives output outputs_of[i]
@@ -204,25 +259,28 @@ def _run(device: int, tensors: list[XLATensor], op_by_op: bool = False) -> None:
     if op_by_op:
         datas = _execute_op_by_op(device, values)
     else:
-        datas = execute(device, values, synced=tensors)
+        datas = execute(device, values, synced=tensors, step=step)
     for t, j in zip(tensors, outputs_of, strict=False):
         t._set(datas[j])
 
 
 def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False,
-            synced: list[XLATensor] | None = None) -> list[ir.Data]:
+            synced: list[XLATensor] | None = None, step: bool = True) -> list[ir.Data]:
     """Compile (or find) the graph computing `values` and run it; its results as data.
 
     `eager`: the graph is one op of eager mode (its metrics are the `EagerOp*` ones).
     `synced`: the tensors that receive the results (the caller sets each to its value
-    right after), which lets the graph take over buffers nothing else can read (donation).
+    right after), which lets the graph take over buffers nothing else can read (donation);
+    `step` False leaves those alone (user-marked donors only, under `set_donor_config`).
     In SPMD mode the inputs are global arrays and their layouts are part of the key."""
     roots = tuple([(n.hash, i) for n, i in values])
     order, position, leaves, plan = plans.walked(roots, values, walk)
     laid_out = spmd.enabled()
     donate = ()
-    if synced is not None and not eager and not laid_out and param_aliasing():
-        donate = _donations(order, leaves, values, synced, plan)
+    if synced is not None and not eager and not laid_out:
+        users = _donors["marked"] and (step or _donors["config"])
+        if users or (step and param_aliasing()):
+            donate = _donations(order, leaves, values, synced if step else None, plan, users)
     key = (device, roots, plan.shared, donate)
     with _device_lock(device):
         start = time.perf_counter()
@@ -232,7 +290,11 @@ def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False,
             key += spmd.layout_key(arrays)
         _UNWRAP.add(time.perf_counter() - start)
         program = _program(key, device, order, position, leaves, arrays, values, eager, donate)
-        results = run_program(device, program, arrays, eager)
+        try:
+            results = run_program(device, program, arrays, eager)
+        except RuntimeError:
+            check_not_donated(leaves)
+            raise
         del arrays  # a donated buffer is gone: keep no handle on it
     if laid_out:
         _EXECUTE_REPLICATED.value += 1
@@ -249,28 +311,35 @@ def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False,
     return datas
 
 
-def _donations(order: list, leaves: list, values: list, synced: list,
-               plan: plans.Plan) -> tuple[int, ...]:
-    """The positions of the `leaves` whose buffers the graph may take over: the leaf owns
-    its array (no other leaf or cache holds it), has elements, an output of its shape and
-    dtype can reuse it (`plan.donatable`), and nothing outside this graph reaches it
-    (`_reached`)."""
-    owned = [(k, aval) for k, aval in plan.donatable if leaves[k].owned]
-    if not owned:
+def _donations(order: list, leaves: list, values: list, synced: list | None,
+               plan: plans.Plan, users: bool) -> tuple[int, ...]:
+    """The positions of the `leaves` whose buffers the graph may take over, each with an
+    output of its shape and dtype to reuse it (`plan.donatable`): with `users`, those the
+    user marked (`ir.Data.donor`); with `synced`, those that own their array (no other
+    leaf or cache holds it) and that nothing outside this graph reaches (`_reached`)."""
+    marked = [(k, aval) for k, aval in plan.donatable if leaves[k].donor] if users else []
+    owned = ([(k, aval) for k, aval in plan.donatable if leaves[k].owned and not leaves[k].donor]
+             if synced is not None else [])
+    if not (marked or owned):
         return ()
     rules = list(map(_rule, order))
     distinct = dict(zip(map(id, rules), rules, strict=True)).values()  # rules are shared
     if any(getattr(rule, "collective", False) for rule in distinct):
         return ()  # a replicated program: its replicas run without donation
-    reached = _reached(order, leaves, values, synced, plan)
     wanted = plan.wanted.copy()
     donate = []
-    for k, aval in owned:
-        leaf = leaves[k]
-        if wanted[aval] and id(leaf) not in reached and not leaf.array.is_deleted():
+    for k, aval in marked:
+        if wanted[aval] and not leaves[k].array.is_deleted():
             wanted[aval] -= 1
             donate.append(k)
-    return tuple(donate)
+    if owned:
+        reached = _reached(order, leaves, values, synced, plan)
+        for k, aval in owned:
+            leaf = leaves[k]
+            if wanted[aval] and id(leaf) not in reached and not leaf.array.is_deleted():
+                wanted[aval] -= 1
+                donate.append(k)
+    return tuple(sorted(donate))
 
 
 def _reached(order: list, leaves: list, values: list, synced: list,

@@ -51,9 +51,11 @@ class Data(Node):
     shape: the array stays replicated, `lazy/sharding.py`).
     `owned`: this leaf is the only one holding `array` (a program's fresh result), so a
     later program may take the buffer over (donation, `graph.py`). Code that wraps the
-    array of an owned leaf in another leaf must clear the flag."""
+    array of an owned leaf in another leaf must clear the flag.
+    `donor`: the user said a program may take this buffer over whoever still holds it
+    (`_XLAC._set_buffer_donation`, `graph.py`)."""
 
-    __slots__ = ("array", "annotated", "owned")
+    __slots__ = ("array", "annotated", "owned", "donor")
 
     def __init__(self, array: jax.Array, aval: Aval, device: int, annotated: Any = False,
                  owned: bool = False) -> None:
@@ -68,6 +70,7 @@ class Data(Node):
         self.array = array
         self.annotated = annotated
         self.owned = owned
+        self.donor = False
 
 
 class Slot:

@@ -50,6 +50,7 @@ class Placeholder(ir.Data):
         self.location = None
         self.annotated = False
         self.owned = False  # no buffer of its own: never donated
+        self.donor = False
 
     @property
     def array(self):
