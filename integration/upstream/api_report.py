@@ -69,14 +69,9 @@ REASONS: dict[str | tuple[str, str], str] = {
     "(`torch_xla.stablehlo`)",
     # torch_xla._XLAC: what the dynamo bridge and buffer donation use
     **{("torch_xla._XLAC", n): ISSUE_12 + ": used by the dynamo bridge" for n in (
-        "_check_tensor_need_materialization", "_clear_pending_irs", "_get_base_seed_as_tensor",
-        "_get_seed_info_id", "_get_tensors_handle")},
+        "_clear_pending_irs", "_get_base_seed_as_tensor", "_get_seed_info_id")},
     ("torch_xla._XLAC", "_get_git_revs"): NOT_BUILT + "upstream reports its C++ build's git "
     "revisions; `torch_xla.version` has ours",
-    ("torch_xla._XLAC", "_get_ir_debug"): NOT_BUILT + "IR debug mode (Python source "
-    "locations recorded on IR nodes)",
-    ("torch_xla._XLAC", "_set_ir_debug"): NOT_BUILT + "IR debug mode (Python source "
-    "locations recorded on IR nodes)",
     ("torch_xla._XLAC", "_get_xla_tensor_dimension_size"): NOT_BUILT + "dynamic shapes "
     "(bounded dimensions of nonzero/masked_select)",
     ("torch_xla._XLAC", "_init_xla_lazy_backend"): NOT_BUILT + "upstream registers its C++ "
@@ -85,10 +80,6 @@ REASONS: dict[str | tuple[str, str], str] = {
     "for another's in place",
     ("torch_xla._XLAC", "_set_xla_custom_op_name_prefix"): NOT_BUILT + "custom op-name "
     "metadata on HLO instructions",
-    ("torch_xla._XLAC", "_xla_set_mat_mul_precision"): NOT_BUILT + "the `_XLAC` entry point; "
-    "`torch_xla.backends.set_mat_mul_precision` does it",
-    ("torch_xla._XLAC", "_xla_tensors_from_aten"): NOT_BUILT + "bulk CPU-to-device copy entry "
-    "point; `xm.send_cpu_data_to_device` does it",
     # torch_xla._internal.pjrt
     ("torch_xla._internal.pjrt", "initialize_multiprocess"): NOT_BUILT + "upstream's "
     "per-process set-up hook; here `xmp.spawn` sets each child's environment itself",

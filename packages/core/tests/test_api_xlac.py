@@ -102,3 +102,65 @@ def test_runtime_checks_go_through_xlac_so_mocks_apply(monkeypatch):
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     with pytest.raises(RuntimeError, match="already started"):
         xr.set_device_type("ELSEWHERE")
+
+
+def test_which_tensors_need_materialization_and_their_buffer_handles(device):
+    cpu = torch.randn(20, 5)
+    t = cpu.to(device)
+    assert xlac._check_tensor_need_materialization([cpu, t]) == [False, False]
+    twice = t * 2
+    assert xlac._check_tensor_need_materialization([t, twice]) == [False, True]
+    with pytest.raises(RuntimeError, match="still pending"):
+        xlac._get_tensors_handle([twice])
+    alias = t.detach()  # the same buffer
+    other = cpu.to(device)  # another copy
+    handles = xlac._get_tensors_handle([t, alias, other])
+    assert handles[0] == handles[1] != handles[2]
+    t.mul_(100)  # an in-place update is pending again
+    assert xlac._check_tensor_need_materialization([t]) == [True]
+    xm.mark_step()
+    assert xlac._check_tensor_need_materialization([t, twice]) == [False, False]
+    assert xlac._get_tensors_handle([t]) != handles[:1]
+    torch.testing.assert_close(t.cpu(), cpu * 100)
+
+
+def test_ir_debug_records_the_users_line(device):
+    from torch_xla.lazy import functional
+
+    before = xlac._get_ir_debug()
+    t = torch.ones(3, device=device)
+    try:
+        xlac._set_ir_debug(True)
+        assert xlac._get_ir_debug()
+        traced = t + 1  # this line is named
+        xlac._set_ir_debug(False)
+        untraced = t + 2
+    finally:
+        xlac._set_ir_debug(before)
+    assert "test_api_xlac.py" in str(functional.unwrap(traced)._node.location)
+    assert functional.unwrap(untraced)._node.location is None
+
+
+def test_mat_mul_precision_entry_point():
+    from torch_xla.backends import get_mat_mul_precision
+
+    before = get_mat_mul_precision()
+    try:
+        xlac._xla_set_mat_mul_precision("high")
+        assert get_mat_mul_precision() == "high"
+        with pytest.raises(ValueError, match="Invalid precision: 'fast'"):
+            xlac._xla_set_mat_mul_precision("fast")
+    finally:
+        xlac._xla_set_mat_mul_precision(before)
+
+
+def test_tensors_from_aten_copy_to_the_devices_named(device):
+    a, b = torch.randn(3, 2), torch.arange(4)
+    xa, xb = xlac._xla_tensors_from_aten([a, b], ["xla:0", "xla:0"])
+    assert xa.device == xb.device == device
+    assert xlac._check_tensor_need_materialization([xa, xb]) == [False, False]
+    assert torch.equal(xa.cpu(), a) and torch.equal(xb.cpu(), b)
+    with pytest.raises(ValueError, match="2 tensors but 1 devices"):
+        xlac._xla_tensors_from_aten([a, b], ["xla:0"])
+    with pytest.raises(TypeError, match="tensor 0 is not a CPU tensor"):
+        xlac._xla_tensors_from_aten([xa], ["xla:0"])

@@ -53,6 +53,17 @@ def _get_use_eager_mode() -> bool:
     return eager.enabled()
 
 
+# --- lowering settings -----------------------------------------------------------------
+
+
+def _xla_set_mat_mul_precision(precision: str) -> None:
+    """The precision of 32-bit matmuls and convolutions in graphs lowered from now on
+    (`torch_xla.backends.set_mat_mul_precision`, without its warning)."""
+    from torch_xla.lowering import policy
+
+    policy.set_matmul_precision(precision)
+
+
 # --- runtime and devices --------------------------------------------------------------
 
 
@@ -399,6 +410,32 @@ def _whole_shape(sharding: Any, tile: tuple) -> tuple:
     return tuple(n * d for n, d in zip(tile, dims, strict=True))
 
 
+# --- copies from the host ----------------------------------------------------------------
+
+
+def _xla_tensors_from_aten(tensors: list, devices: list, shardings: list | None = None) -> list:
+    """Copies of the CPU `tensors` on `devices` (one device name each), as device data;
+    with `shardings` (SPMD), each copy laid out as its sharding says."""
+    import torch
+
+    if len(devices) != len(tensors):
+        raise ValueError(f"_xla_tensors_from_aten: {len(tensors)} tensors but {len(devices)} "
+                         "devices; give one device per tensor.")
+    if shardings is not None and len(shardings) != len(tensors):
+        raise ValueError(f"_xla_tensors_from_aten: {len(tensors)} tensors but "
+                         f"{len(shardings)} shardings; give one (or None) per tensor.")
+    out = []
+    for k, (t, device) in enumerate(zip(tensors, devices, strict=True)):
+        if not isinstance(t, torch.Tensor) or t.device.type != "cpu":
+            raise TypeError(f"_xla_tensors_from_aten: tensor {k} is not a CPU tensor "
+                            f"({type(t).__name__} on {getattr(t, 'device', None)}).")
+        moved = t.to(device)
+        if shardings is not None and shardings[k] is not None:
+            _xla_mark_sharding(moved, shardings[k])
+        out.append(moved)
+    return out
+
+
 # --- random numbers ---------------------------------------------------------------------
 
 
@@ -561,6 +598,48 @@ def _get_xla_tensors_text(tensors: list) -> str:
 
     order, position, _, values = _pending_graph(tensors)
     return dump.ir_text(order, position, values)
+
+
+def _check_tensor_need_materialization(tensors: list) -> list[bool]:
+    """For each tensor, whether its value is still pending (a sync would compute it);
+    False for device data and for tensors that are not XLA tensors."""
+    import torch
+
+    from torch_xla.lazy import functional
+
+    return [isinstance(t, torch.Tensor) and t.device.type == "xla"
+            and functional.unwrap(t)._node.rule is not None for t in tensors]
+
+
+def _get_tensors_handle(tensors: list) -> list[int]:
+    """A handle per tensor naming its device buffer (equal for tensors on one buffer)."""
+    from torch_xla.lazy import functional, graph
+
+    handles = []
+    for t in tensors:
+        node = functional.unwrap(t)._node
+        if node.rule is not None:
+            raise RuntimeError("_get_tensors_handle: a tensor's value is still pending, so it "
+                               "has no device buffer yet; sync it first (torch_xla.sync()).")
+        graph.check_not_donated([node])
+        if node.array.is_deleted():
+            raise RuntimeError("_get_tensors_handle: the tensor's device buffer is deleted.")
+        handles.append(id(node.array))
+    return handles
+
+
+def _set_ir_debug(enabled: bool) -> None:
+    """Record the user's Python line on the IR nodes created from now on (what
+    XLA_IR_DEBUG=1 turns on at start): errors and graph dumps name it."""
+    from torch_xla.lazy import ir
+
+    ir.set_debug(enabled)
+
+
+def _get_ir_debug() -> bool:
+    from torch_xla.lazy import ir
+
+    return ir.IR_DEBUG
 
 
 def _get_xla_tensor_debug_info(tensor: Any) -> str:

@@ -20,6 +20,12 @@ Aval = tuple[tuple[int, ...], Any]
 IR_DEBUG = os.environ.get("XLA_IR_DEBUG", "0") not in ("", "0")
 
 
+def set_debug(enabled: bool) -> None:
+    """Record the user's Python line on every node created from now on (XLA_IR_DEBUG)."""
+    global IR_DEBUG
+    IR_DEBUG = bool(enabled)
+
+
 class Node:
     """One recorded op; `inputs` are (node, output index) pairs."""
 
