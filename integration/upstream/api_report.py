@@ -69,7 +69,7 @@ REASONS: dict[str | tuple[str, str], str] = {
     "(`torch_xla.stablehlo`)",
     # torch_xla._XLAC: what the dynamo bridge and buffer donation use
     **{("torch_xla._XLAC", n): ISSUE_12 + ": used by the dynamo bridge" for n in (
-        "_clear_pending_irs", "_get_base_seed_as_tensor", "_get_seed_info_id")},
+        "_get_base_seed_as_tensor", "_get_seed_info_id")},
     ("torch_xla._XLAC", "_get_git_revs"): NOT_BUILT + "upstream reports its C++ build's git "
     "revisions; `torch_xla.version` has ours",
     ("torch_xla._XLAC", "_get_xla_tensor_dimension_size"): NOT_BUILT + "dynamic shapes "

@@ -164,3 +164,28 @@ def test_tensors_from_aten_copy_to_the_devices_named(device):
         xlac._xla_tensors_from_aten([a, b], ["xla:0"])
     with pytest.raises(TypeError, match="tensor 0 is not a CPU tensor"):
         xlac._xla_tensors_from_aten([xa], ["xla:0"])
+
+
+def test_clear_pending_irs_drops_what_no_sync_computed(device):
+    from torch_xla.lazy import graph
+
+    torch_xla.sync()  # nothing of another test is pending
+    a, b = torch.randn(20, 5), torch.randn(20, 5)
+    t1, t2 = a.to(device), b.to(device)
+    t3 = t2 + t1
+    t4 = t3 * t2
+    xlac._xla_sync_multi([t4], devices=[], wait=True)  # t4 computed, t3 still pending
+    assert "aten::add" in xlac._get_xla_tensors_text([t3])
+    executions = met.metric_data("ExecuteTime")[0]
+    xlac._clear_pending_irs(str(device))
+    assert "aten::add" not in xlac._get_xla_tensors_text([t3])
+    assert xlac._is_placecholder(t3) and not xlac._is_placecholder(t4)
+    assert "its pending value was dropped" in xlac._get_xla_tensor_debug_info(t3)
+    torch_xla.sync()
+    assert met.metric_data("ExecuteTime")[0] == executions  # nothing left to run
+    torch.testing.assert_close(t4.cpu(), (a + b) * b)
+    torch.testing.assert_close(t1.cpu(), a)
+    with pytest.raises(graph.DroppedValueError, match=r"float32\[20, 5\]\) was read after"):
+        t3.cpu()
+    with pytest.raises(graph.DroppedValueError, match="_clear_pending_irs"):
+        (t3 + 1).cpu()

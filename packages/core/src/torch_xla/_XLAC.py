@@ -502,12 +502,22 @@ def _get_buffer_donation(tensor: Any) -> bool:
 
 
 def _is_placecholder(tensor: Any) -> bool:
-    """Whether `tensor` is device data without a buffer (donated to a program); the name
-    is PyTorch/XLA's, misspelling included."""
-    from torch_xla.lazy import functional
+    """Whether `tensor` is device data without a buffer (donated to a program, or its
+    pending value dropped by `_clear_pending_irs`); the name is PyTorch/XLA's,
+    misspelling included."""
+    from torch_xla.lazy import functional, ir
 
     node = functional.unwrap(tensor)._node
-    return node.rule is None and node.array.is_deleted()
+    return node.rule is None and (isinstance(node, ir.NoBuffer) or node.array.is_deleted())
+
+
+def _clear_pending_irs(device: str = _DEFAULT_DEVICE) -> None:
+    """Drop the pending computations of every live tensor on `device` without running
+    them: those tensors keep their shape and dtype but have no value (reading one raises
+    `DroppedValueError`), and the next sync has nothing of theirs to compute."""
+    from torch_xla.lazy import graph
+
+    graph.drop_pending(_local_index(device))
 
 
 def _xla_set_enable_alias_with_buffer_donor_config(enabled: bool) -> None:
@@ -649,7 +659,7 @@ def _get_xla_tensor_debug_info(tensor: Any) -> str:
     never keeps a tensor's value on the host, so `Tensor on host` is always None."""
     import torch
 
-    from torch_xla.lazy import dump, functional, sharding
+    from torch_xla.lazy import dump, functional, graph, sharding
 
     if not isinstance(tensor, torch.Tensor) or tensor.device.type != "xla":
         return "Not a XLATensor\n"
@@ -660,7 +670,9 @@ def _get_xla_tensor_debug_info(tensor: Any) -> str:
     lines = ["XLATensor {", f"TensorID: {id(inner)}", f"Device: {device}",
              f"XLA Shape: {dump.xla_type(aval)}",
              f"ShardingSpec: {sharding.spec(inner) or 'None'}"]
-    if node.rule is None:
+    if isinstance(node, graph.Dropped):
+        lines += ["IR: None", "XLAData: None (its pending value was dropped)"]
+    elif node.rule is None:
         lines += ["IR: None", *_data_debug_lines(node, dump.xla_type(aval), device)]
     else:
         lines += [f"IR: {dump.op_name(node.op)} output {index}", "XLAData: None"]

@@ -133,6 +133,34 @@ def check_not_donated(leaves: Sequence[ir.Data]) -> None:
                 "tensors that are not read again, or copy the value before the step.")
 
 
+class DroppedValueError(RuntimeError):
+    """A tensor's pending value was dropped before anything computed it."""
+
+
+class Dropped(ir.NoBuffer):
+    """Device data without a buffer: a pending value `drop_pending` threw away."""
+
+    __slots__ = ()
+
+    def __init__(self, aval: ir.Aval, device: int) -> None:
+        super().__init__("xla::device_data", aval, device)
+
+    def missing(self) -> Exception:
+        shape, dtype = self.avals[0]
+        return DroppedValueError(
+            f"an XLA tensor ({str(dtype).removeprefix('torch.')}{list(shape)}) was read after "
+            "its pending computation was dropped (torch_xla._XLAC._clear_pending_irs): it "
+            "has no value. Sync the tensors you still need before dropping the rest.")
+
+
+def drop_pending(device: int) -> None:
+    """Forget the pending computations of every live tensor on `device` without running
+    them (PyTorch/XLA's `_clear_pending_irs`): each becomes device data without a buffer
+    (`Dropped`), and reading it raises `DroppedValueError`."""
+    for t in take_pending(device):
+        t._set(Dropped(t._node.avals[t._index], device))
+
+
 def mark_step() -> None:
     _metrics.counter("MarkStep").inc()
     sync(None)

@@ -79,6 +79,34 @@ class Data(Node):
         self.donor = False
 
 
+class NoBuffer(Data):
+    """A leaf with a shape and dtype but no buffer (a loop input while its body is
+    recorded, a dropped pending value): reading `array` raises `missing()`."""
+
+    __slots__ = ()
+
+    def __init__(self, op: str, aval: Aval, device: int) -> None:
+        self.op = op
+        self.rule = None
+        self.template = ()
+        self.inputs = ()
+        self.avals = (aval,)
+        self.device = device
+        self.hash = hash((op, aval))
+        self.location = None
+        self.annotated = False
+        self.owned = False  # no buffer of its own: never donated
+        self.donor = False
+
+    @property
+    def array(self):
+        raise self.missing()
+
+    def missing(self) -> Exception:
+        """The error a read of the missing value raises."""
+        raise NotImplementedError
+
+
 class Slot:
     """Placeholder for the i-th tensor argument inside a node's static template."""
 

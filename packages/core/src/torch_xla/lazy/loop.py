@@ -34,27 +34,16 @@ class ValueOfLoopInputError(RuntimeError):
     """A traced loop body asked for the value of a tensor that depends on a loop input."""
 
 
-class Placeholder(ir.Data):
+class Placeholder(ir.NoBuffer):
     """A leaf standing for a loop input while the body is recorded: it has no value."""
 
     __slots__ = ()
 
     def __init__(self, aval: ir.Aval, device: int) -> None:
-        self.op = PLACEHOLDER_OP
-        self.rule = None
-        self.template = ()
-        self.inputs = ()
-        self.avals = (aval,)
-        self.device = device
-        self.hash = hash((PLACEHOLDER_OP, aval))
-        self.location = None
-        self.annotated = False
-        self.owned = False  # no buffer of its own: never donated
-        self.donor = False
+        super().__init__(PLACEHOLDER_OP, aval, device)
 
-    @property
-    def array(self):
-        raise ValueOfLoopInputError(
+    def missing(self) -> Exception:
+        return ValueOfLoopInputError(
             "The loop body read the value of a tensor computed from a loop input (.item(), "
             ".cpu(), print, a sync inside the step, or a value-dependent branch). The body is "
             "recorded once and runs inside one XLA While loop, so no value exists while it is "
