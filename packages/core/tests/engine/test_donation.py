@@ -337,6 +337,23 @@ def test_a_sync_without_xla_data_donates_marked_buffers_only_under_the_config(
     assert_close(p, b + 2)
 
 
+def test_marked_buffers_are_donated_with_param_aliasing_off_and_no_other(
+        device, metrics, monkeypatch):
+    monkeypatch.setenv(graph.PARAM_ALIASING_VARIABLE, "0")
+    p = torch.ones(8, device=device) * 1
+    t0 = torch.arange(8.0).to(device)
+    xm.mark_step()  # p is a program's result: donated when overwritten, were aliasing on
+    metrics.clear_all()
+    assert xlac._set_buffer_donation(t0, True)
+    t2 = t0 * 2
+    p.add_(1)
+    xm.mark_step()
+    assert _donated() == [1.0]  # t0's, not p's
+    assert xlac._is_placecholder(t0) and not xlac._is_placecholder(p)
+    assert_close(t2, torch.arange(8.0) * 2)
+    assert_close(p, torch.full((8,), 2.0))
+
+
 def test_a_marked_buffer_updated_in_place_is_donated_once(device, metrics):
     t = torch.arange(8.0, device=device) * 1
     xm.mark_step()

@@ -307,8 +307,9 @@ def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False,
     donate = ()
     if synced is not None and not eager and not laid_out:
         users = _donors["marked"] and (step or _donors["config"])
-        if users or (step and param_aliasing()):
-            donate = _donations(order, leaves, values, synced if step else None, plan, users)
+        aliasing = step and param_aliasing()
+        if users or aliasing:
+            donate = _donations(order, leaves, values, synced if aliasing else None, plan, users)
     key = (device, roots, plan.shared, donate)
     with _device_lock(device):
         start = time.perf_counter()
