@@ -106,8 +106,6 @@ REASONS: dict[str | tuple[str, str], str] = {
     "state record for its thread-per-device mode; state here is per process",
     ("torch_xla.core.xla_model", "ToXlaTensorArena"): NOT_BUILT + "upstream's helper class "
     "behind `send_cpu_data_to_device`",
-    ("torch_xla.core.xla_model", "XLA_LIB"): NOT_BUILT + "the `torch.library` 'xla' "
-    "namespace that custom kernels define their ops in",
     ("torch_xla.core.xla_model", "send"): NOT_BUILT + "XLA Send/Recv point-to-point ops",
     ("torch_xla.core.xla_model", "recv"): NOT_BUILT + "XLA Send/Recv point-to-point ops",
     ("torch_xla.core.xla_model", "set_replication"): NOT_BUILT + "upstream's "

@@ -29,6 +29,13 @@ from torch_xla.pjrt import distributed, threads
 from torch_xla.pjrt.client import client
 from torch_xla.plugins.env import env_int
 
+# The `xla` operator namespace, PyTorch/XLA's: custom ops are defined in it and given an
+# XLA kernel, which the engine runs on XLA tensors (often a `call_jax` of a JAX kernel):
+#     XLA_LIB.define("gelu_tanh(Tensor x) -> Tensor")
+#     @torch.library.impl(XLA_LIB, "gelu_tanh", "XLA")
+#     def gelu_tanh_xla(x): return xb.call_jax(jax_gelu_tanh, (x,))
+XLA_LIB = torch.library.Library("xla", "DEF")
+
 
 def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device:
     """`xla:n` (xla:0 by default); checks that the device exists (this starts the runtime).

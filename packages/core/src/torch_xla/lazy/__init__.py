@@ -7,6 +7,7 @@ Modules, bottom-up (each imports only those above it in this list):
   transfer      host <-> device copies
   nodes         building values: device data, engine nodes, lifted scalars
   functional    the functionalization wrapper users hold
+  jax_call      a JAX function called on XLA tensors, recorded as one node (xb.call_jax)
   sharding      SPMD layouts of tensors: resharded data, sharding constraints, tiles
   manual        manual-sharding regions of SPMD programs (shards in, global tensor out)
   rng           the device RNG state and the key each random op records

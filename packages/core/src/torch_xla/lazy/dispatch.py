@@ -99,6 +99,9 @@ def choose_rule(func: OpOverload) -> Rule:
     own = SPECIAL.get(func)
     if own is not None:
         return own
+    kernel = _device_kernel(func)
+    if kernel is not None:
+        return kernel
     if func in ON_CPU:
         return fallback.run_cpu
     if _mutates(func):
@@ -117,6 +120,40 @@ def choose_rule(func: OpOverload) -> Rule:
     if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
         return lambda f, a, k: f.decompose(*a, **k)
     return fallback.run_cpu
+
+
+# The dispatch keys whose kernels a user-defined op runs on XLA tensors: PyTorch/XLA's
+# (`@impl(XLA_LIB, "op", "XLA")`) and the one this device is registered as.
+_DEVICE_KEYS = ("XLA", "PrivateUse1")
+
+
+def _device_kernel(func: OpOverload) -> Rule | None:
+    """The rule running a user's kernel for XLA tensors, for an op outside ATen that has one
+    (a custom op whose kernel calls `call_jax`, say). The engine's tensors reach only this
+    handler, never the dispatcher's backend keys, so the handler calls the kernel itself."""
+    if func.namespace == "aten":  # ATen's PrivateUse1 kernels are the engine's own
+        return None
+    for key in _DEVICE_KEYS:
+        if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key):
+            kernel = torch.library.get_kernel(func, key)
+            keys = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
+            return functools.partial(_run_kernel, kernel, keys)
+    return None
+
+
+def _run_kernel(kernel: Any, keys: Any, func: OpOverload, args: tuple, kwargs: dict) -> Any:
+    out = kernel.call_boxed(keys, *args, **kwargs)
+    if func._schema.is_mutable:
+        return out
+    # A result that is one of the arguments becomes a new tensor of the same value: the
+    # op's schema returns a fresh tensor, and functionalization relies on that.
+    inputs = {id(a) for a in args if type(a) is XLATensor}
+    if type(out) is XLATensor:
+        return XLATensor(*out.value) if id(out) in inputs else out
+    if isinstance(out, (tuple, list)):
+        return type(out)(XLATensor(*o.value) if type(o) is XLATensor and id(o) in inputs else o
+                         for o in out)
+    return out
 
 
 @functools.cache
