@@ -57,6 +57,16 @@ REASONS: dict[str | tuple[str, str], str] = {
     "exist (FSDPv2 uses them)",
     "torch_xla.experimental.gradient_accumulation": "upstream's helper that builds the While "
     "loop with its C++ XLA builder; here the loop is a jax `fori_loop` (lazy/loop.py)",
+    "torch_xla.core.xla_builder": "upstream's XLA-builder API over its C++ `XlaBuilder` "
+    "(`Op`, `Shape`, computations from HLO protos, and the callable wrappers behind its "
+    "`call_jax`); here programs are JAX functions, so a hand-written computation is JAX code "
+    "called with `call_jax`",
+    ("torch_xla.experimental.assume_pure", "make_fake_inputs"): "internals of upstream's "
+    "`assume_pure_torch` (placeholder tensors of its C++ lowering context); here "
+    "`torch_xla.lazy.region` records over placeholders",
+    ("torch_xla.experimental.assume_pure", "prepare_computation_inputs"): "internals of "
+    "upstream's `assume_pure_torch` (parameter ids of its C++ lowering context); here "
+    "`torch_xla.lazy.region` records over placeholders",
     "torch_xla.stablehlo": NOT_BUILT + "export of a `torch.export` program to a StableHLO "
     "bundle (`xm.get_stablehlo()` gives a pending graph's StableHLO text)",
     "torch_xla.utils.checkpoint": "upstream's recomputation bookkeeping and CUDA "

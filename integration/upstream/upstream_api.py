@@ -130,6 +130,16 @@ MODULES: dict[str, Module] = {
             "all_reduce", "distributed_mm",
         ),
     ),
+    "torch_xla.core.xla_builder": Module(
+        "torch_xla/core/xla_builder.py",
+        (
+            "CompiledCallableWithCache", "FlattenedInputFunc", "JaxCallable",
+            "JaxFlattenedInputFunc", "Op", "Shape", "Type", "XlaCallable", "call_jax",
+            "computation_from_module_proto", "create_builder", "create_computation",
+            "create_placeholder_tensor", "get_computation_hlo", "mkleaf", "mkop", "mkparam",
+            "mkshape", "tensor_shape", "xla_computation_as_func",
+        ),
+    ),
     "torch_xla.core.xla_env_vars": Module(
         "torch_xla/core/xla_env_vars.py",
         (
@@ -268,6 +278,13 @@ MODULES: dict[str, Module] = {
         "torch_xla/experimental/__init__.py",
         (
             "eager_mode", "eager_mode_context", "is_eager_mode",
+        ),
+    ),
+    "torch_xla.experimental.assume_pure": Module(
+        "torch_xla/experimental/assume_pure.py",
+        (
+            "PureModule", "assume_pure", "assume_pure_torch", "j2t_autograd", "make_fake_inputs",
+            "prepare_computation_inputs",
         ),
     ),
     "torch_xla.experimental.custom_kernel": Module(

@@ -22,6 +22,7 @@ Modules, bottom-up (each imports only those above it in this list):
   dispatch      choosing the rule for each ATen op, and recording
   special       the engine's own rules, registered into dispatch's table
   loop          a step recorded once, run as one XLA While loop (gradient accumulation)
+  region        a pure function recorded once per signature as a JAX function (assume_pure)
 
 Importing the package loads `special` (and so everything else): after it, every
 ATen op on an XLA tensor reaches `dispatch.run`.

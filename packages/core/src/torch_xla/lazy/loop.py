@@ -82,11 +82,13 @@ class Body:
 # --- splitting the recorded graph ------------------------------------------------------
 
 
-def _depends(order: list[ir.Node]) -> dict[int, bool]:
-    """id(node) -> whether it is or reads a placeholder (`order`: a post-order)."""
+def _depends(order: list[ir.Node], kind: type | None = None) -> dict[int, bool]:
+    """id(node) -> whether it is or reads a placeholder (of class `kind`, default any;
+    `order`: a post-order)."""
+    kind = kind or Placeholder
     found: dict[int, bool] = {}
     for n in order:
-        found[id(n)] = type(n) is Placeholder or any(found[id(c)] for c, _ in n.inputs)
+        found[id(n)] = isinstance(n, kind) or any(found[id(c)] for c, _ in n.inputs)
     return found
 
 
@@ -196,15 +198,15 @@ def forget_recorded(tensors: Sequence[XLATensor]) -> None:
     a global) that the loop cannot carry."""
     for t in tensors:
         tensor.uninitialized(t)
-    escaped = _escaped()
-    if escaped:
+    found = escaped()
+    if found:
         gc.collect()  # reference cycles may still hold dead tensors of the step
-        escaped = _escaped()
-    if escaped:
-        t = escaped[0]
+        found = escaped()
+    if found:
+        t = found[0]
         discard_recorded()
         raise NotImplementedError(
-            f"gradient_accumulation: after the step, {len(escaped)} live tensor(s) hold "
+            f"gradient_accumulation: after the step, {len(found)} live tensor(s) hold "
             f"values computed inside the loop that the loop does not return, e.g. one of "
             f"shape {tuple(t.shape)} and dtype {t.dtype} (from {t._node.op}). The loop "
             "returns only the loss, the carried tensors and the parameters' gradients: a "
@@ -216,11 +218,13 @@ def forget_recorded(tensors: Sequence[XLATensor]) -> None:
 def discard_recorded() -> None:
     """Leave every live tensor computed from a placeholder out of syncs (a recording that
     failed half-way), so that the next sync does not try to read a placeholder."""
-    for t in _escaped():
+    for t in escaped():
         tensor.uninitialized(t)
 
 
-def _escaped() -> list[XLATensor]:
+def escaped(kind: type | None = None) -> list[XLATensor]:
+    """The live pending tensors whose values were computed from a placeholder (of class
+    `kind`, default any)."""
     pending = tensor.pending_tensors()
-    depends = _depends(graph.walk([t.value for t in pending])[0])
+    depends = _depends(graph.walk([t.value for t in pending])[0], kind)
     return [t for t in pending if depends[id(t._node)]]

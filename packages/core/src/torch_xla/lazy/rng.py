@@ -27,7 +27,7 @@ KEY_OP = "xla::rng_key"
 
 _MASK = (1 << 64) - 1
 _MUL, _INC = 6364136223846793005, 1442695040888963407  # Knuth's MMIX LCG
-_KEY_AVAL: ir.Aval = ((2,), torch.uint32)  # a raw jax PRNG key (threefry), uint32[2]
+KEY_AVAL: ir.Aval = ((2,), torch.uint32)  # a raw jax PRNG key (threefry), uint32[2]
 
 _state = 101
 # device -> [the seed node of the current sync epoch, random ops recorded since]
@@ -92,7 +92,7 @@ def key_for_next_op(device: int) -> tuple[ir.Node, int]:
         entry = _epoch[device] = [seed, 0]
     seed, index = entry
     entry[1] = index + 1
-    node = nodes.engine_node(KEY_OP, _fold_in, (index,), [(seed, 0)], _KEY_AVAL, device)
+    node = nodes.engine_node(KEY_OP, _fold_in, (index,), [(seed, 0)], KEY_AVAL, device)
     if tensor.is_eager():
         del _epoch[device]
         return tensor.eager_value(node, 0)
