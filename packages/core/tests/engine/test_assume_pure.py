@@ -255,3 +255,10 @@ def test_j2t_autograd_differentiates_a_jax_function():
     assert_close(out["y"], expected.detach(), **TOLERANCE)
     assert_close(xla[0].grad, cpu[0].grad, **TOLERANCE)
     assert_close(xla[1].grad, cpu[1].grad, **TOLERANCE)
+
+
+def test_inside_torch_compile_the_call_is_a_graph_break():
+    pure = assume_pure(lambda a: a.cos() * 3)
+    compiled = torch.compile(lambda a: pure(a * 2) + 1, backend="openxla")
+    x = torch.randn(4)
+    assert_close(compiled(x.to("xla")), torch.cos(x * 2) * 3 + 1, **TOLERANCE)

@@ -98,7 +98,9 @@ def assume_pure(fn: Callable, *, add_rng_seed_argument: bool = False) -> Callabl
             outputs = recording.call(tensors)
         return recording.result(list(outputs))
 
-    return pure
+    # Under torch.compile the call is a graph break: dynamo would otherwise compile `fn`
+    # itself when the recording runs it over placeholders.
+    return torch._dynamo.disable(pure)
 
 
 def _pop_seed(kwargs: dict, name: str) -> int | torch.Tensor:
