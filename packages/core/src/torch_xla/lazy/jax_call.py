@@ -81,7 +81,9 @@ def call(jax_func: Callable, args: Any, kwargs: Any = None, name: str | None = N
         else:
             slots.append(leaf)
     device = _device_of(tensors)
-    specs = tuple((tuple(t.shape), dtype_policy.STORAGE[t.dtype]) for t in tensors)
+    values = [t.value for t in tensors]
+    storage = dtype_policy.STORAGE
+    specs = tuple((shape, storage[dtype]) for shape, dtype in (n.avals[i] for n, i in values))
     # the values' types too: 2, 2.0 and True are equal keys but trace apart
     key = (jax_func, in_tree, tuple(slots), tuple(map(type, slots)), specs, name,
            override_hash)
@@ -97,7 +99,6 @@ def call(jax_func: Callable, args: Any, kwargs: Any = None, name: str | None = N
     if computation is None:
         computation = COMPUTATIONS[key] = _trace(jax_func, in_tree, slots, specs, name,
                                                  override_hash)
-    values = [t.value for t in tensors]
     template = (tuple(ir.Slot(i) for i in range(len(values))),
                 (("computation", computation.fingerprint),))
     in_avals = tuple(n.avals[i] for n, i in values)
