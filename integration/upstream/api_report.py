@@ -88,8 +88,6 @@ REASONS: dict[str | tuple[str, str], str] = {
     "lazy backend; here `import torch_xla` registers the device",
     ("torch_xla._XLAC", "_replace_xla_tensor"): NOT_BUILT + "swapping one XLA tensor's data "
     "for another's in place",
-    ("torch_xla._XLAC", "_set_xla_custom_op_name_prefix"): NOT_BUILT + "custom op-name "
-    "metadata on HLO instructions",
     # torch_xla._internal.pjrt
     ("torch_xla._internal.pjrt", "initialize_multiprocess"): NOT_BUILT + "upstream's "
     "per-process set-up hook; here `xmp.spawn` sets each child's environment itself",

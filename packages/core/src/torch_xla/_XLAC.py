@@ -646,6 +646,22 @@ def _set_ir_debug(enabled: bool) -> None:
     ir.set_debug(enabled)
 
 
+def _set_xla_custom_op_name_prefix(tensor: Any, op_name_prefix: str,
+                                   max_call_stack_depth: int = 0) -> bool:
+    """Name the op computing `tensor` in the HLO metadata: its instructions' `op_name`
+    becomes `op_name_prefix` + the op type (`aten__relu`), as PyTorch/XLA writes it, which
+    profilers group by. False when `tensor` is already device data (no op to name).
+    `max_call_stack_depth` (PyTorch/XLA: how many Python frames go with the name) is
+    accepted; source frames are not attached here."""
+    from torch_xla.lazy import functional
+
+    node = functional.unwrap(tensor)._node
+    if node.rule is None:
+        return False
+    node.scope = str(op_name_prefix)
+    return True
+
+
 def _get_ir_debug() -> bool:
     from torch_xla.lazy import ir
 

@@ -81,6 +81,35 @@ def test_hlo_dump_is_what_xla_compiled(tmp_path):
     assert "dot(" in text or "dot." in text  # the matmul
 
 
+def test_hlo_debug_names_each_instruction_after_its_aten_op(tmp_path):
+    """XLA_HLO_DEBUG=1: each HLO instruction's metadata names the ATen op it lowers, as
+    PyTorch/XLA's `op_type` does (profilers group device ops by it)."""
+    plain, _ = run_step(tmp_path, "hlo")
+    named, _ = run_step(tmp_path, "hlo", XLA_HLO_DEBUG="1")
+    assert "aten__mm" not in plain
+    for op in ("aten__mm/", "aten__relu/", "aten__threshold_backward/"):
+        assert op in named, op
+
+
+def test_custom_op_name_prefix_names_one_op(tmp_path):
+    path = tmp_path / "graphs.txt"
+    result = run_python("""
+        import torch, torch_xla, torch_xla._XLAC as xlac
+        x = torch.randn(4, 4).to("xla")
+        y = (x @ x).relu()
+        print(xlac._set_xla_custom_op_name_prefix(y, "Block[0]/forward(model.py:3)/", 0),
+              xlac._set_xla_custom_op_name_prefix(x, "data/", 0))
+        z = y * 2
+        torch_xla.sync()
+    """, {"PJRT_DEVICE": "CPU", "XLA_SAVE_TENSORS_FILE": str(path),
+          "XLA_SAVE_TENSORS_FMT": "hlo"})
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "False"]  # device data has no op to name
+    text = path.read_text()
+    assert 'op_name="jit(graph_fn)/Block[0]/forward(model.py:3)/aten__relu/' in text
+    assert "aten__mul" not in text and "aten__mm" not in text  # only the named op
+
+
 def test_unknown_format_is_refused(tmp_path):
     result = run_python(STEP, {"PJRT_DEVICE": "CPU", "XLA_SAVE_TENSORS_FILE": str(tmp_path / "g"),
                                "XLA_SAVE_TENSORS_FMT": "pdf"})

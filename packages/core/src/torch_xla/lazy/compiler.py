@@ -18,7 +18,7 @@ from typing import Any
 import jax
 
 from torch_xla import _metrics
-from torch_xla.lazy import dtype_policy, ir, manual, replicas
+from torch_xla.lazy import dtype_policy, dump, ir, manual, replicas
 from torch_xla.lowering import policy
 from torch_xla.pjrt import spmd
 from torch_xla.pjrt.client import TRACE_EXECUTE, client
@@ -132,13 +132,23 @@ def _rebuild(template: Any, ins: list) -> Any:
 class _Step:
     """What a compiled graph needs of one node."""
 
-    __slots__ = ("op", "rule", "template", "avals", "in_avals", "location", "refs")
+    __slots__ = ("op", "rule", "template", "avals", "in_avals", "location", "refs", "name")
 
     def __init__(self, node: ir.Node, refs: list) -> None:
         self.op, self.rule, self.template = node.op, node.rule, node.template
         self.avals, self.location = node.avals, node.location
         self.in_avals = [n.avals[i] for n, i in node.inputs]
         self.refs = refs
+        self.name = metadata_name(node)
+
+
+def metadata_name(node: ir.Node) -> str | None:
+    """The name the node's HLO instructions carry in their metadata (`op_name`), as
+    PyTorch/XLA names them: the op type (`aten__addmm`) after the node's custom prefix;
+    None (jax's own names) unless XLA_HLO_DEBUG/XLA_IR_DEBUG is on or a prefix was set."""
+    if node.scope is None and not dump.FRAMES:
+        return None
+    return (node.scope or "") + dump.op_name(node.op).replace(":", "_")
 
 
 def _where(step: _Step) -> str:
@@ -152,7 +162,11 @@ def _lower_node(step: _Step, ins: list) -> tuple:
     args = _rebuild(args_t, ins)
     kwargs = {k: _rebuild(v, ins) for k, v in kw_t}
     try:
-        out = step.rule(*args, **kwargs)
+        if step.name is None:
+            out = step.rule(*args, **kwargs)
+        else:
+            with jax.named_scope(step.name):
+                out = step.rule(*args, **kwargs)
     except Exception as error:
         raise LoweringError(
             f"Lowering {step.op} failed for inputs {step.in_avals}{_where(step)}: "

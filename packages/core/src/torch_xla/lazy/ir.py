@@ -29,7 +29,8 @@ def set_debug(enabled: bool) -> None:
 class Node:
     """One recorded op; `inputs` are (node, output index) pairs."""
 
-    __slots__ = ("op", "rule", "template", "inputs", "avals", "hash", "device", "location")
+    __slots__ = ("op", "rule", "template", "inputs", "avals", "hash", "device", "location",
+                 "scope")
 
     def __init__(self, op, rule, template, inputs, avals, device: int, key_hash: int) -> None:
         self.op = op  # the ATen OpOverload (or an engine op name)
@@ -43,6 +44,7 @@ class Node:
             hashes.append((n.hash, i))
         self.hash = hash((key_hash, tuple(hashes)))
         self.location = user_location() if IR_DEBUG else None
+        self.scope = None  # a name prefix for the HLO metadata (_set_xla_custom_op_name_prefix)
 
     def __repr__(self) -> str:
         return f"Node({self.op}, avals={self.avals})"
@@ -73,6 +75,7 @@ class Data(Node):
         self.device = device
         self.hash = hash(("data", aval))
         self.location = None
+        self.scope = None
         self.array = array
         self.annotated = annotated
         self.owned = owned
@@ -94,6 +97,7 @@ class NoBuffer(Data):
         self.device = device
         self.hash = hash((op, aval))
         self.location = None
+        self.scope = None
         self.annotated = False
         self.owned = False  # no buffer of its own: never donated
         self.donor = False
