@@ -262,3 +262,15 @@ def test_inside_torch_compile_the_call_is_a_graph_break():
     compiled = torch.compile(lambda a: pure(a * 2) + 1, backend="openxla")
     x = torch.randn(4)
     assert_close(compiled(x.to("xla")), torch.cos(x * 2) * 3 + 1, **TOLERANCE)
+
+
+def test_tensors_read_from_a_closure_are_fixed_and_warned_about():
+    lin = nn.Linear(4, 4).to("xla")
+    f = assume_pure(lambda x: lin(x))
+    x = torch.randn(2, 4)
+    with pytest.warns(UserWarning, match=r"reads 2 tensor\(s\) it does not take as arguments"):
+        before = f(x.to("xla"))
+    with torch.no_grad():
+        lin.weight.mul_(2)
+    again = f(x.to("xla"))  # the recording still holds the weight it read
+    assert_close(again, before.cpu())

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -118,6 +119,7 @@ class Recording:
         self.grad_outputs: tuple[int, ...] = ()  # the results that take a cotangent
         self.grad_inputs: tuple[int, ...] = ()  # the arguments the backward returns for
         wrappers, placeholders = self._placeholders(self.avals)
+        held = {id(t._node) for t in tensor.live_tensors()}  # what existed before the call
         with _recording(), self._keys_from(placeholders):
             with torch.no_grad():
                 result = self._run(wrappers)
@@ -126,6 +128,7 @@ class Recording:
             _check_arguments_unchanged(self.name, wrappers, placeholders)
             self.out_avals = [t._node.avals[t._index] for t in outputs]
             self.forward = self._trace(outputs, placeholders, self._seed_of(placeholders))
+        _warn_captured(self.name, [t._node for t in self.forward.constants], held)
 
     def call(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """The function's result tensors, recorded as one node on `tensors`."""
@@ -230,6 +233,20 @@ class Recording:
         fn = compiler.graph_function(order, position, [*placeholders, *constants], values)
         _forget(self.name, outputs)
         return Traced(fn, [XLATensor(n) for n in constants])
+
+
+def _warn_captured(name: str, constants: list[ir.Data], held: set[int]) -> None:
+    """Warn about tensors the function read without taking them as arguments (a closure's
+    module parameters): the recording keeps their values of now, whatever happens later."""
+    captured = [n for n in constants if id(n) in held and n.avals[0][0]]
+    if captured:
+        shapes = ", ".join(str(tuple(n.avals[0][0])) for n in captured[:3])
+        warnings.warn(
+            f"assume_pure: {name} reads {len(captured)} tensor(s) it does not take as "
+            f"arguments (shapes {shapes}{', ...' if len(captured) > 3 else ''}). Their "
+            "current values are fixed into the recording: if they change (parameters an "
+            "optimizer updates), pass them as arguments, e.g. with torch.func.functional_call "
+            "or PureModule.", stacklevel=5)
 
 
 @contextlib.contextmanager
