@@ -1,11 +1,12 @@
 """A pure PyTorch function recorded once per signature, as one JAX function.
 
-`torch_xla.experimental.assume_pure` calls `record` the first time a function meets a
+`torch_xla.experimental.assume_pure` makes a `Recording` the first time a function meets a
 signature (its arguments' tree, non-tensor values, tensor shapes, dtypes and device).
 The function runs once on placeholders (leaves with a shape and no value), so its ops
 record IR as a step would; `compiler.graph_function` turns that IR into one JAX
-function of the placeholders and of the device data the function made itself (its
-constants). Every later call with that signature records a single `call_jax` node
+function of the placeholders and of the device data the function read besides them (its
+constants: lifted scalars, tensors it made from host data, and, with a warning, tensors
+it read from a closure). Every later call with that signature records a single `call_jax` node
 of that JAX function (`jax_call.py`) instead of one node per op, which is what makes
 it cheap: the host cost no longer grows with the number of ops inside.
 
@@ -19,8 +20,8 @@ copies of the forward are the same HLO, which XLA's common-subexpression pass me
 What "pure" has to mean for the recording to stay true, each checked with a clear
 error: the function reads no tensor value (`.item()`, printing, a data-dependent
 branch), changes no argument in place, keeps no tensor computed from its arguments
-(a module buffer, a global), draws no random numbers (the recording would replay the
-same ones) and runs no collective.
+(a module buffer, a global), draws no random numbers unless seeded (the recording would
+replay the same ones) and runs no collective.
 """
 
 from __future__ import annotations
