@@ -196,12 +196,7 @@ def forget_recorded(tensors: Sequence[XLATensor]) -> None:
 
     Raises NotImplementedError naming such a tensor: the step updated state (a buffer,
     a global) that the loop cannot carry."""
-    for t in tensors:
-        tensor.uninitialized(t)
-    found = escaped()
-    if found:
-        gc.collect()  # reference cycles may still hold dead tensors of the step
-        found = escaped()
+    found = forget_results(tensors)
     if found:
         t = found[0]
         discard_recorded()
@@ -215,10 +210,24 @@ def forget_recorded(tensors: Sequence[XLATensor]) -> None:
         )
 
 
-def discard_recorded() -> None:
-    """Leave every live tensor computed from a placeholder out of syncs (a recording that
-    failed half-way), so that the next sync does not try to read a placeholder."""
-    for t in escaped():
+def forget_results(tensors: Sequence[XLATensor], kind: type | None = None) -> list[XLATensor]:
+    """Leave a recording's results out of syncs; return the other live tensors still
+    computed from a placeholder (of class `kind`, default any) after a garbage collection:
+    state the recorded function stored elsewhere, which the caller reports."""
+    for t in tensors:
+        tensor.uninitialized(t)
+    found = escaped(kind)
+    if found:
+        gc.collect()  # reference cycles may still hold dead tensors of the recording
+        found = escaped(kind)
+    return found
+
+
+def discard_recorded(kind: type | None = None) -> None:
+    """Leave every live tensor computed from a placeholder (of class `kind`, default any)
+    out of syncs (a recording that failed half-way), so that the next sync does not try
+    to read a placeholder."""
+    for t in escaped(kind):
         tensor.uninitialized(t)
 
 

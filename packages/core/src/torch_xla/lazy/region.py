@@ -27,7 +27,6 @@ replay the same ones) and runs no collective.
 from __future__ import annotations
 
 import contextlib
-import gc
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -259,8 +258,7 @@ def _recording():
     try:
         yield
     except BaseException:
-        for t in loop.escaped(PureInput):
-            tensor.uninitialized(t)
+        loop.discard_recorded(PureInput)
         raise
     finally:
         eager.set_enabled(was_eager)
@@ -302,12 +300,7 @@ def _check_replayable(name: str, order: list[ir.Node], seed: PureInput | None) -
 
 def _forget(name: str, outputs: list[XLATensor]) -> None:
     """Leave the recorded tensors out of syncs; fail if the function kept one elsewhere."""
-    for t in outputs:
-        tensor.uninitialized(t)
-    found = loop.escaped(PureInput)
-    if found:
-        gc.collect()  # reference cycles may still hold dead tensors of the recording
-        found = loop.escaped(PureInput)
+    found = loop.forget_results(outputs, PureInput)
     if found:
         t = found[0]
         raise ImpureFunctionError(
