@@ -16,6 +16,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -156,6 +157,89 @@ def test_perfetto_trace_holds_the_scopes(tmp_path):
         trace = json.load(f)
     assert "metadata" not in trace
     assert any(e.get("name") == "for_perfetto" for e in trace["traceEvents"])
+
+
+def test_trace_names_the_device_instructions_of_its_ops(tmp_path):
+    # Ops recorded inside `Trace`s carry the scopes in their HLO metadata, so the device's
+    # part of a trace (its HLO, in the xplane file) names them too; ops outside do not.
+    device = torch_xla.device()
+    a = torch.linspace(-1, 1, 7 * 5, device=device).reshape(7, 5)
+    with xp.Trace("outer_block"):
+        with xp.Trace("inner_block"):
+            b = (a @ a.T).relu()
+    c = b + 1
+    torch_xla.sync()
+    xp.start_trace(tmp_path)
+    with xp.Trace("outer_block"):
+        with xp.Trace("inner_block"):
+            b = (a @ a.T).relu()
+    c = b + 1
+    torch_xla.sync(wait=True)
+    xp.stop_trace()
+    expected = (a.cpu() @ a.cpu().T).relu() + 1
+    assert torch.allclose(c.cpu(), expected)
+    data = trace_files(tmp_path)[0].read_bytes()
+    assert b"outer_block/inner_block/aten__mm" in data
+    assert b"outer_block/inner_block/aten__relu" in data
+    assert b"inner_block/aten__add" not in data  # recorded outside the scopes
+
+
+def test_trace_scopes_name_a_pure_function_and_recompile_nothing(tmp_path):
+    from torch_xla.experimental.assume_pure import assume_pure
+
+    @assume_pure
+    def product(x, y):
+        with xp.Trace("pure_scope"):
+            return torch.matmul(x, y)
+
+    device = torch_xla.device()
+    a = torch.linspace(0, 1, 6 * 6, device=device).reshape(6, 6)
+    torch_xla.sync()
+    first = product(a, a)
+    torch_xla.sync()
+    compiles = met.metric_data("CompileTime")[0]
+    xp.start_trace(tmp_path)
+    out = product(a, a)  # replayed: the scope was recorded with the function
+    torch_xla.sync(wait=True)
+    xp.stop_trace()
+    assert torch.equal(out.cpu(), first.cpu())
+    assert torch.allclose(out.cpu(), a.cpu() @ a.cpu())
+    assert met.metric_data("CompileTime")[0] == compiles
+    assert b"pure_scope/aten__mm" in trace_files(tmp_path)[0].read_bytes()
+    # A scope is a name, not part of the program: the same ops under another scope (or
+    # none) reuse the compiled program.
+    with xp.Trace("another_scope"):
+        again = torch.matmul(a, a)
+    torch_xla.sync()
+    plain = torch.matmul(a, a)
+    torch_xla.sync()
+    assert met.metric_data("CompileTime")[0] == compiles + 1
+    assert torch.equal(again.cpu(), plain.cpu())
+
+
+def test_trace_scopes_belong_to_their_thread():
+    from torch_xla.lazy import functional
+
+    device = torch_xla.device()
+    a = torch.ones(3, device=device)
+    opened, recorded = threading.Event(), threading.Event()
+
+    def hold_a_scope():
+        with xp.Trace("other_thread"):
+            opened.set()
+            recorded.wait(60)
+
+    thread = threading.Thread(target=hold_a_scope)
+    thread.start()
+    opened.wait(60)
+    b = a * 2  # recorded while another thread has a scope open
+    recorded.set()
+    thread.join()
+    with xp.Trace("this_thread"):
+        c = b + 1
+    assert functional.unwrap(b)._node.scope is None
+    assert functional.unwrap(c)._node.scope == "this_thread/"
+    assert torch.equal(c.cpu(), torch.full((3,), 3.0))
 
 
 def test_one_trace_at_a_time(tmp_path):

@@ -145,7 +145,8 @@ class _Step:
 def metadata_name(node: ir.Node) -> str | None:
     """The name the node's HLO instructions carry in their metadata (`op_name`), as
     PyTorch/XLA names them: the op type (`aten__addmm`) after the node's custom prefix;
-    None (jax's own names) unless XLA_HLO_DEBUG/XLA_IR_DEBUG is on or a prefix was set."""
+    None (jax's own names) unless XLA_HLO_DEBUG/XLA_IR_DEBUG is on or the node has a
+    prefix (the `xp.Trace` scopes it was recorded in, or a custom one)."""
     if node.scope is None and not dump.FRAMES:
         return None
     return (node.scope or "") + dump.op_name(node.op).replace(":", "_")

@@ -9,6 +9,7 @@ hash equally however many times they are traced.
 from __future__ import annotations
 
 import os
+import threading
 import traceback
 from typing import Any
 
@@ -24,6 +25,39 @@ def set_debug(enabled: bool) -> None:
     """Record the user's Python line on every node created from now on (XLA_IR_DEBUG)."""
     global IR_DEBUG
     IR_DEBUG = bool(enabled)
+
+
+class _Scopes(threading.local):
+    """The profiler scopes (`xp.Trace`) open in this thread, joined: `"outer/inner/"`."""
+
+    prefix: str | None = None
+
+
+_SCOPES = _Scopes()
+# Scopes open in all threads: while there are none (the usual case) a recorded node
+# reads no thread-local (a global read costs a fifth of one).
+_OPEN = 0
+_OPEN_LOCK = threading.Lock()
+
+
+def push_scope(name: str) -> str | None:
+    """Open a named scope in this thread: nodes recorded inside it carry its name as the
+    prefix of their HLO metadata name (`name/aten__mm`), which device profiles show.
+    Returns what `pop_scope` restores."""
+    global _OPEN
+    previous = _SCOPES.prefix
+    _SCOPES.prefix = f"{previous or ''}{name}/"
+    with _OPEN_LOCK:
+        _OPEN += 1
+    return previous
+
+
+def pop_scope(previous: str | None) -> None:
+    """Close the scope `push_scope` opened (`previous`: what it returned)."""
+    global _OPEN
+    _SCOPES.prefix = previous
+    with _OPEN_LOCK:
+        _OPEN -= 1
 
 
 class Node:
@@ -44,7 +78,9 @@ class Node:
             hashes.append((n.hash, i))
         self.hash = hash((key_hash, tuple(hashes)))
         self.location = user_location() if IR_DEBUG else None
-        self.scope = None  # a name prefix for the HLO metadata (_set_xla_custom_op_name_prefix)
+        # the HLO metadata name's prefix: the open `xp.Trace` scopes, or one set by
+        # `_set_xla_custom_op_name_prefix`; not hashed (a scope never recompiles a program)
+        self.scope = _SCOPES.prefix if _OPEN else None
 
     def __repr__(self) -> str:
         return f"Node({self.op}, avals={self.avals})"
