@@ -77,17 +77,6 @@ REASONS: dict[str | tuple[str, str], str] = {
     ("torch_xla", "save_as_stablehlo"): NOT_BUILT + "StableHLO export (`torch_xla.stablehlo`)",
     ("torch_xla", "save_torch_model_as_stablehlo"): NOT_BUILT + "StableHLO export "
     "(`torch_xla.stablehlo`)",
-    # torch_xla._XLAC: what the dynamo bridge and buffer donation use
-    **{("torch_xla._XLAC", n): ISSUE_12 + ": used by the dynamo bridge" for n in (
-        "_get_base_seed_as_tensor", "_get_seed_info_id")},
-    ("torch_xla._XLAC", "_get_git_revs"): NOT_BUILT + "upstream reports its C++ build's git "
-    "revisions; `torch_xla.version` has ours",
-    ("torch_xla._XLAC", "_get_xla_tensor_dimension_size"): NOT_BUILT + "dynamic shapes "
-    "(bounded dimensions of nonzero/masked_select)",
-    ("torch_xla._XLAC", "_init_xla_lazy_backend"): NOT_BUILT + "upstream registers its C++ "
-    "lazy backend; here `import torch_xla` registers the device",
-    ("torch_xla._XLAC", "_replace_xla_tensor"): NOT_BUILT + "swapping one XLA tensor's data "
-    "for another's in place",
     # torch_xla._internal.pjrt
     ("torch_xla._internal.pjrt", "initialize_multiprocess"): NOT_BUILT + "upstream's "
     "per-process set-up hook; here `xmp.spawn` sets each child's environment itself",

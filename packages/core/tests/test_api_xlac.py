@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import run_python
 
 import torch_xla
 import torch_xla._XLAC as xlac
@@ -189,3 +190,81 @@ def test_clear_pending_irs_drops_what_no_sync_computed(device):
         t3.cpu()
     with pytest.raises(graph.DroppedValueError, match="_clear_pending_irs"):
         (t3 + 1).cpu()
+
+
+def test_replace_xla_tensor_frees_and_refills_a_saved_parameter(device):
+    # PyTorch/XLA's FSDP: a parameter the forward saved is freed, then refilled before
+    # the backward, which reads the refilled value without a version error.
+    torch.manual_seed(0)
+    x_cpu = torch.randn(4)
+    x = x_cpu.to(device).requires_grad_(True)
+    p = torch.nn.Parameter(torch.ones(4, device=device))
+    loss = (x * p).sum()
+    destroyed = met.counter_value("DestroyXlaTensor") or 0
+    assert xlac._replace_xla_tensor(p, p.new_zeros(1)) is p
+    assert p.shape == (1,) and isinstance(p, torch.nn.Parameter) and p.requires_grad
+    assert (met.counter_value("DestroyXlaTensor") or 0) > destroyed  # the full value freed
+    refill = torch.full((4,), 3.0)
+    xlac._replace_xla_tensor(p, refill.to(device))
+    loss.backward()
+    assert torch.equal(x.grad.cpu(), refill)  # d(x * p)/dx read the refilled p
+    assert torch.equal(p.grad.cpu(), x_cpu)
+    with pytest.raises(TypeError, match="dest is torch.float32 but source is torch.int64"):
+        xlac._replace_xla_tensor(p, torch.zeros(4, dtype=torch.int64, device=device))
+    with pytest.raises(TypeError, match="source must be an XLA tensor, got Tensor on cpu"):
+        xlac._replace_xla_tensor(p, torch.zeros(4))
+
+
+def test_dimension_size_is_an_int32_scalar_on_the_device(device):
+    t = torch.ones(2, 5, device=device)
+    picked = t[t.sum(1) == 5].nonzero()  # a data-dependent shape: (10, 2)
+    for tensor, dim, size in ((t, 1, 5), (t, -2, 2), (picked, 0, 10)):
+        found = xlac._get_xla_tensor_dimension_size(tensor, dim)
+        assert found.device == device and found.dtype == torch.int32 and found.dim() == 0
+        assert found.item() == size
+    with pytest.raises(IndexError, match="Dimension out of range"):
+        xlac._get_xla_tensor_dimension_size(t, 2)
+    with pytest.raises(TypeError, match="expected an XLA tensor"):
+        xlac._get_xla_tensor_dimension_size(torch.zeros(3), 0)
+
+
+def test_a_replayed_graph_takes_the_seed_where_the_seed_id_says(device):
+    # The contract PyTorch/XLA's dynamo bridge replays graphs with: the RNG seed is the
+    # input whose id is `_get_seed_info_id()`, and `_get_base_seed_as_tensor` is the seed
+    # of the ops recorded next.
+    torch_xla.sync()
+    torch_xla.manual_seed(7)
+    x = torch.ones(4, device=device)
+    out = x + torch.rand(4, device=device)
+    ids, inputs = xlac._get_tensors_xla_device_data_node([out])
+    assert ids.count(xlac._get_seed_info_id()) == 1
+    assert xlac._get_seed_info_id() == -127389  # PyTorch/XLA's value
+    name = xlac._get_graph_hash([out])
+    xlac._xla_warm_up_cache([out], [])
+    first = out.cpu()
+    assert torch.equal(xlac._run_cached_graph(name, inputs)[0].cpu(), first)
+    seed = xlac._get_base_seed_as_tensor(str(device))  # the next epoch's
+    assert seed.device == device and seed.dtype == torch.uint32 and seed.shape == (2,)
+    seed_id = xlac._get_seed_info_id()
+    replayed = xlac._run_cached_graph(
+        name, [seed if i == seed_id else t for i, t in zip(ids, inputs, strict=True)])
+    recorded = x + torch.rand(4, device=device)  # the same epoch: the same numbers
+    assert torch.equal(replayed[0].cpu(), recorded.cpu())
+    assert not torch.equal(recorded.cpu(), first)
+    assert bool(((first >= 1) & (first < 2)).all())
+
+
+def test_git_revisions_and_the_lazy_backend():
+    revisions = xlac._get_git_revs()
+    assert revisions["torch"] == torch.version.git_version
+    assert revisions["xla"].startswith(torch_xla.__version__)
+    assert revisions["jaxlib"]
+    done = run_python("""
+        import sys, torch, torch_xla
+        assert "torch_xla.lazy" not in sys.modules  # importing torch_xla loads no engine
+        torch_xla._XLAC._init_xla_lazy_backend()
+        torch_xla._XLAC._init_xla_lazy_backend()
+        print("torch_xla.lazy" in sys.modules, (torch.ones(2, device="xla") * 3).sum().item())
+    """, {"PJRT_DEVICE": "CPU"})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["True", "6.0"]

@@ -436,6 +436,46 @@ def _xla_tensors_from_aten(tensors: list, devices: list, shardings: list | None 
     return out
 
 
+# --- a tensor's value ---------------------------------------------------------------------
+
+
+def _replace_xla_tensor(dest: Any, source: Any) -> Any:
+    """Make `dest` hold `source`'s value, shape included, outside autograd; returns `dest`.
+
+    PyTorch/XLA's FSDP frees a gathered parameter with `_replace_xla_tensor(p,
+    p.new_zeros(1))` and refills it before the backward, keeping `p` the tensor autograd
+    saved. So `dest` keeps its version counter (the saved graph still accepts it); like
+    `set_`, it then shares `source`'s storage. Both must be XLA tensors of one dtype."""
+    import torch
+
+    for name, t in (("dest", dest), ("source", source)):
+        if not isinstance(t, torch.Tensor) or t.device.type != "xla":
+            raise TypeError(f"_replace_xla_tensor: {name} must be an XLA tensor, got "
+                            f"{type(t).__name__} on {getattr(t, 'device', None)}.")
+    if dest.dtype != source.dtype:
+        raise TypeError(f"_replace_xla_tensor: dest is {dest.dtype} but source is "
+                        f"{source.dtype}; convert source first (`source.to(dest.dtype)`).")
+    version = dest._version
+    with torch.no_grad():
+        dest.set_(source)
+    torch._C._autograd._unsafe_set_version_counter((dest,), (version,))
+    return dest
+
+
+def _get_xla_tensor_dimension_size(tensor: Any, dim: int) -> Any:
+    """The size of dimension `dim` of `tensor`, as an int32 scalar on its device.
+
+    In PyTorch/XLA this reads the runtime size of a bounded dynamic dimension. Shapes here
+    are always exact (an op whose output shape depends on the data, such as `nonzero`,
+    runs where the data is), so this is the tensor's own size."""
+    import torch
+
+    if not isinstance(tensor, torch.Tensor) or tensor.device.type != "xla":
+        raise TypeError("_get_xla_tensor_dimension_size: expected an XLA tensor, got "
+                        f"{type(tensor).__name__} on {getattr(tensor, 'device', None)}.")
+    return torch.tensor(tensor.size(dim), dtype=torch.int32, device=tensor.device)
+
+
 # --- random numbers ---------------------------------------------------------------------
 
 
@@ -450,6 +490,23 @@ def _xla_set_rng_seed(seed: int, device: str = "") -> None:
     from torch_xla.lazy import rng
 
     rng.set_state(seed)
+
+
+def _get_seed_info_id() -> int:
+    """The id `_get_tensors_xla_device_data_node` gives the RNG seed among a graph's
+    inputs: a caller replaying the graph passes `_get_base_seed_as_tensor`'s tensor there."""
+    from torch_xla.lazy import rng
+
+    return rng.SEED_INFO_ID
+
+
+def _get_base_seed_as_tensor(device: str = _DEFAULT_DEVICE) -> Any:
+    """The seed the random ops recorded on `device` until the next sync derive their keys
+    from (a uint32[2] raw key; a sync starts a new one), as an XLA tensor."""
+    from torch_xla.lazy import functional, rng
+    from torch_xla.lazy.tensor import XLATensor
+
+    return functional.wrap(XLATensor(rng.epoch_seed(_local_index(device))))
 
 
 # --- running pending work -----------------------------------------------------------------
@@ -569,6 +626,28 @@ def _init_computation_client() -> None:
     from torch_xla.pjrt.client import client
 
     client()
+
+
+def _init_xla_lazy_backend() -> None:
+    """Load the lazy engine that records the `xla` device's ops (PyTorch/XLA registers its
+    C++ lazy backend here). The engine loads on first use anyway; calling this again does
+    nothing."""
+    import torch_xla.lazy  # noqa: F401  (loading it installs the engine's op handler)
+
+
+def _get_git_revs() -> dict[str, str]:
+    """The source revisions this build runs: `xla` (torch-xla-core's version, with its git
+    commit when it runs from a checkout), `torch` (torch's commit) and `jaxlib` (the XLA
+    compiler's build, jaxlib's commit)."""
+    import jaxlib.version
+    import torch
+
+    from torch_xla import version
+
+    commit = version.git_revision()
+    return {"xla": version.__version__ + (f"+git{commit}" if commit else ""),
+            "torch": torch.version.git_version,
+            "jaxlib": getattr(jaxlib.version, "_git_hash", None) or jaxlib.version.__version__}
 
 
 def _xla_get_tensor_id(tensor: Any) -> int:

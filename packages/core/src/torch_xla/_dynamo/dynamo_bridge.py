@@ -521,8 +521,10 @@ def device_data_inputs(tensors: Sequence[torch.Tensor]) -> tuple[list[int], list
     """The ids and values of the device data the graph of `tensors` reads, in the order
     `run_cached_graph` takes them (`_get_tensors_xla_device_data_node`)."""
     values = _graph_values(tensors)
-    leaves = graph.walk(values)[2] if values else []
-    return [id(leaf) for leaf in leaves], [functional.wrap(XLATensor(leaf)) for leaf in leaves]
+    order, _, leaves, _ = graph.walk(values) if values else ([], None, [], None)
+    seeds = {id(n.inputs[0][0]) for n in order if n.op == rng.KEY_OP}
+    ids = [rng.SEED_INFO_ID if id(leaf) in seeds else id(leaf) for leaf in leaves]
+    return ids, [functional.wrap(XLATensor(leaf)) for leaf in leaves]
 
 
 def warm_up_cache(tensors: Sequence[torch.Tensor]) -> None:

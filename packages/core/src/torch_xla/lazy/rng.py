@@ -28,6 +28,9 @@ KEY_OP = "xla::rng_key"
 _MASK = (1 << 64) - 1
 _MUL, _INC = 6364136223846793005, 1442695040888963407  # Knuth's MMIX LCG
 KEY_AVAL: ir.Aval = ((2,), torch.uint32)  # a raw jax PRNG key (threefry), uint32[2]
+# The id of an epoch's seed among a graph's device data inputs (PyTorch/XLA's value,
+# `_XLAC._get_seed_info_id`), where other leaves have their tensors' ids.
+SEED_INFO_ID = -127389
 
 _state = 101
 # device -> [the seed node of the current sync epoch, random ops recorded since]
@@ -84,12 +87,23 @@ def _fold_in(seed, index):
     return jax.random.key_data(jax.random.fold_in(jax.random.wrap_key_data(seed), index))
 
 
-def key_for_next_op(device: int) -> tuple[ir.Node, int]:
-    """The IR value of the key of the next random op recorded on `device`."""
+def _epoch_entry(device: int) -> list:
     entry = _epoch.get(device)
     if entry is None:
         seed = nodes.data(client().to_device(next_key(), device), torch.uint32, device)
         entry = _epoch[device] = [seed, 0]
+    return entry
+
+
+def epoch_seed(device: int) -> ir.Data:
+    """The seed (a raw key's device data) from which the random ops of the current sync
+    epoch on `device` fold their keys, made now if no random op has asked yet."""
+    return _epoch_entry(device)[0]
+
+
+def key_for_next_op(device: int) -> tuple[ir.Node, int]:
+    """The IR value of the key of the next random op recorded on `device`."""
+    entry = _epoch_entry(device)
     seed, index = entry
     entry[1] = index + 1
     node = nodes.engine_node(KEY_OP, _fold_in, (index,), [(seed, 0)], KEY_AVAL, device)
