@@ -82,10 +82,6 @@ REASONS: dict[str | tuple[str, str], str] = {
     "per-process set-up hook; here `xmp.spawn` sets each child's environment itself",
     ("torch_xla._internal.pjrt", "initialize_singleprocess"): NOT_BUILT + "upstream's "
     "per-process set-up hook; here the runtime starts on first device use",
-    # torch_xla.core.functions
-    ("torch_xla.core.functions", "AllReduceSumLayer"): NOT_BUILT + "the autograd layer "
-    "around `all_reduce` with group support",
-    ("torch_xla.core.functions", "SyncBatchNorm"): NOT_BUILT + "cross-replica batch norm",
     # torch_xla.core.xla_env_vars: TPU runtime variables, read by torch-xla-tpu
     **{("torch_xla.core.xla_env_vars", n): TPU_ONLY for n in (
         "ACCELERATOR_TYPE", "CLOUD_TPU_TASK_ID", "TPUVM_MODE", "TPU_ACCELERATOR_TYPE",

@@ -78,6 +78,43 @@ def test_distributed_mm_of_one_replica_is_matmul(device):
         xf.distributed_mm(w.to(device), torch.randn(5, 6).to(device))
 
 
+BN_BATCH = torch.linspace(-2, 3, 4 * 3 * 5 * 2).reshape(4, 3, 5, 2) ** 2  # N=4, C=3
+BN_WEIGHTS = torch.linspace(-1, 1, BN_BATCH.numel()).reshape(BN_BATCH.shape)
+
+
+def _batch_norm_step(module: torch.nn.Module, batch: torch.Tensor, weights: torch.Tensor,
+                     device) -> dict:
+    """Two training steps' outputs, the gradients of `(out * weights).sum()` (input,
+    weight, bias), the running statistics, and the output in eval mode."""
+    module = module.to(device)
+    with torch.no_grad():
+        module.weight.copy_(torch.tensor([0.5, 2.0, -1.0]))
+        module.bias.copy_(torch.tensor([0.1, -0.2, 0.3]))
+    x = batch.clone().to(device).requires_grad_()
+    out = module(x)
+    (out * weights.to(device)).sum().backward()
+    module(x.detach() * 2)
+    module.eval()
+    return {"out": out.detach().cpu(), "grad": x.grad.cpu(), "weight": module.weight.grad.cpu(),
+            "bias": module.bias.grad.cpu(), "running_mean": module.running_mean.cpu(),
+            "running_var": module.running_var.cpu(), "eval": module(x.detach()).detach().cpu()}
+
+
+def test_sync_batch_norm_of_one_replica_is_batch_norm(device):
+    found = _batch_norm_step(xf.SyncBatchNorm(3), BN_BATCH, BN_WEIGHTS, device)
+    expected = _batch_norm_step(torch.nn.BatchNorm2d(3), BN_BATCH, BN_WEIGHTS, "cpu")
+    for key, value in expected.items():
+        torch.testing.assert_close(found[key], value, rtol=1e-4, atol=1e-4, msg=key)
+    flat = _batch_norm_step(xf.SyncBatchNorm(3), BN_BATCH[:, :, 0, 0], BN_WEIGHTS[:, :, 0, 0],
+                            device)
+    torch.testing.assert_close(flat["out"], torch.nn.functional.batch_norm(
+        BN_BATCH[:, :, 0, 0], None, None, torch.tensor([0.5, 2.0, -1.0]),
+        torch.tensor([0.1, -0.2, 0.3]), training=True), rtol=1e-4, atol=1e-4)
+    assert repr(xf.SyncBatchNorm(3)) == "SyncBatchNorm(3, eps=1e-05, momentum=0.1)"
+    with pytest.raises(ValueError, match=r"3 channels in dimension 1, got shape \[4, 2\]"):
+        xf.SyncBatchNorm(3).to(device)(torch.zeros(4, 2, device=device))
+
+
 def functions_worker(index: int) -> dict:
     """One replica of a two-process job: each collective's output and input gradient."""
     import torch_xla.runtime as xr
@@ -98,6 +135,8 @@ def functions_worker(index: int) -> dict:
     shard = w_full[:, ordinal * 3:(ordinal + 1) * 3]
     results["mm"] = xf.distributed_mm(shard.to(dev), x.to(dev), split=2).cpu()
     results["mm_expected"] = w_full @ x
+    half = slice(ordinal * 2, ordinal * 2 + 2)  # this replica's half of the global batch
+    results["bn"] = _batch_norm_step(xf.SyncBatchNorm(3), BN_BATCH[half], BN_WEIGHTS[half], dev)
     return results
 
 
@@ -133,6 +172,19 @@ def test_two_replicas_match_eager(tmp_path):
         weights = torch.arange(1.0, 13.0).reshape(4, 3)
         torch.testing.assert_close(grad_gather, weights[ordinal * 2:(ordinal + 1) * 2])
         torch.testing.assert_close(r["mm"], r["mm_expected"], rtol=1e-4, atol=1e-4)
+    # SyncBatchNorm over two halves is BatchNorm over the whole batch; each replica's
+    # parameter gradients are its share (DDP sums them).
+    whole = _batch_norm_step(torch.nn.BatchNorm2d(3), BN_BATCH, BN_WEIGHTS, "cpu")
+    halves = [by_ordinal[k]["bn"] for k in (0, 1)]
+    for key in ("out", "grad", "eval"):
+        torch.testing.assert_close(torch.cat([h[key] for h in halves]), whole[key],
+                                   rtol=1e-4, atol=1e-4, msg=key)
+    for key in ("weight", "bias"):
+        torch.testing.assert_close(halves[0][key] + halves[1][key], whole[key],
+                                   rtol=1e-4, atol=1e-4, msg=key)
+    for key in ("running_mean", "running_var"):
+        for h in halves:
+            torch.testing.assert_close(h[key], whole[key], rtol=1e-4, atol=1e-4, msg=key)
 
 
 def _reference_nms(boxes, scores, score_threshold, iou_threshold, output_size):

@@ -1,4 +1,5 @@
-"""Differentiable collectives (`torch_xla.core.functions`, PyTorch/XLA's `xf`).
+"""Differentiable collectives (`torch_xla.core.functions`, PyTorch/XLA's `xf`), and
+`SyncBatchNorm`, built on them.
 
 `all_reduce` and `all_gather` are `xm.all_reduce` / `xm.all_gather` with a
 backward pass, as PyTorch/XLA defines it: the backward of a reduction is local
@@ -121,6 +122,69 @@ def distributed_mm(w: torch.Tensor, x: torch.Tensor, split: int = 1) -> torch.Te
         reduced = all_reduce(xm.REDUCE_SUM, w @ mine)  # N x (m * world)
         results.append(_own_part(reduced, 1, ordinal, xs.size(1)))
     return torch.cat(results, dim=1) if len(results) > 1 else results[0]
+
+
+class AllReduceSumLayer(torch.autograd.Function):
+    """`xm.all_reduce(REDUCE_SUM, x)` whose backward is the all-reduce sum of the gradient:
+    each replica's loss depends on every replica's `x` through the sum."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return xm.all_reduce(xm.REDUCE_SUM, x)
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return xm.all_reduce(xm.REDUCE_SUM, grad_output)
+
+
+class SyncBatchNorm(torch.nn.Module):
+    """Batch normalization whose statistics cover the whole global batch: the mean and
+    the mean square of each channel are all-reduced over the replicas (every replica
+    must hold the same number of samples), so each normalizes with the statistics of
+    all of them, and the gradients flow back across replicas.
+
+    Input `[N, C, ...]` (2 to 5 dimensions) with `C == num_features`. In training the
+    running statistics are updated as `torch.nn.BatchNorm` does (the running variance
+    is unbiased over the global batch; PyTorch/XLA's keeps the biased one); in `eval()`
+    they normalize. Parameters and buffers are named as in PyTorch/XLA's
+    (`weight`, `bias`, `running_mean`, `running_var`)."""
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float = 0.1) -> None:
+        super().__init__()
+        self.num_features = num_features
+        self.eps = eps
+        self.momentum = momentum
+        self.weight = torch.nn.Parameter(torch.ones(num_features))
+        self.bias = torch.nn.Parameter(torch.zeros(num_features))
+        self.register_buffer("running_mean", torch.zeros(num_features))
+        self.register_buffer("running_var", torch.ones(num_features))
+
+    def forward(self, batch: torch.Tensor) -> torch.Tensor:
+        if not 2 <= batch.dim() <= 5 or batch.shape[1] != self.num_features:
+            raise ValueError(
+                f"SyncBatchNorm({self.num_features}): expected an input of 2 to 5 dimensions "
+                f"with {self.num_features} channels in dimension 1, got shape "
+                f"{list(batch.shape)}."
+            )
+        channels = [1, -1] + [1] * (batch.dim() - 2)  # a per-channel vector, broadcast
+        if self.training:
+            dims = [0, *range(2, batch.dim())]
+            world = xr.world_size()
+            mean = AllReduceSumLayer.apply(batch.mean(dims)) / world
+            square_mean = AllReduceSumLayer.apply((batch * batch).mean(dims)) / world
+            var = square_mean - mean * mean
+            count = batch.numel() // batch.shape[1] * world
+            with torch.no_grad():
+                self.running_mean.mul_(1 - self.momentum).add_(mean, alpha=self.momentum)
+                unbiased = var * (count / max(count - 1, 1))
+                self.running_var.mul_(1 - self.momentum).add_(unbiased, alpha=self.momentum)
+        else:
+            mean, var = self.running_mean, self.running_var
+        scale = torch.rsqrt(var + self.eps) * self.weight
+        return (batch - mean.view(channels)) * scale.view(channels) + self.bias.view(channels)
+
+    def extra_repr(self) -> str:
+        return f"{self.num_features}, eps={self.eps}, momentum={self.momentum}"
 
 
 def nms(
