@@ -106,8 +106,6 @@ REASONS: dict[str | tuple[str, str], str] = {
     # torch_xla.distributed
     ("torch_xla.distributed.parallel_loader", "PerDeviceQueue"): NOT_BUILT + "upstream's "
     "internal queue class of `ParallelLoader`",
-    ("torch_xla.distributed.xla_backend", "new_xla_process_group"): NOT_BUILT + "the "
-    "`dist.new_group` replacement for subgroups of the xla backend",
     ("torch_xla.distributed.xla_multiprocessing", "create_optimized_replica_groups"): TPU_ONLY
     + " (replica-group orders for TPU v5p/v6e topologies)",
     ("torch_xla.distributed.xla_multiprocessing", "device_kind_handler_dict"): TPU_ONLY

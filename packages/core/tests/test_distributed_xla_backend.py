@@ -29,7 +29,8 @@ def expected(rank: int, world: int) -> dict:
     xs = [torch.arange(4, dtype=torch.float32) + 10 * r for r in range(world)]
     return {"rank": rank, "world": world, "sum": sum(xs), "gather": xs,
             "broadcast": xs[world - 1],
-            "payloads": [f"rank{r}" for r in reversed(range(world))], "alone": [b"me"]}
+            "payloads": [f"rank{r}" for r in reversed(range(world))], "alone": [b"me"],
+            "group_sum": sum(xs), "group_alone": xs[rank]}
 
 
 def check(got: dict, rank: int, world: int) -> None:

@@ -371,6 +371,16 @@ def infer_mesh(slice_ranks: list[int], world_size: int) -> list[list[int]]:
     return [list(range(i, world_size, rows)) for i in range(rows)]
 
 
+def new_xla_process_group(ranks: list[int] | range | None = None,
+                          timeout: datetime.timedelta | None = None, backend: Any = None,
+                          pg_options: Any = None) -> Any:
+    """`dist.new_group(ranks, timeout, backend, pg_options)`, by PyTorch/XLA's name for it
+    (which patches `dist.new_group` to it). The replica groups of an xla group are inferred
+    from `ranks` and `pg_options` when the backend creates it, so both give the same group."""
+    return dist.new_group(ranks=list(ranks) if isinstance(ranks, range) else ranks,
+                          timeout=timeout, backend=backend, pg_options=pg_options)
+
+
 if BACKEND not in dist.Backend.backend_list:
     dist.Backend.register_backend(BACKEND, _create_xla_process_group, extended_api=True,
                                   devices=["xla"])

@@ -41,9 +41,17 @@ def backend_worker(index: int = 0) -> dict[str, Any]:
     order = list(reversed(range(world)))
     payloads = xm.rendezvous("backend_worker", f"rank{rank}".encode(), replicas=order)
     alone = xm.rendezvous(f"alone{rank}", b"me", replicas=[rank])
+    # Groups by PyTorch/XLA's name: every rank, and one rank (every rank in a group alone).
+    everyone = torch_xla.distributed.xla_backend.new_xla_process_group(range(world))
+    group_sum = x.clone()
+    dist.all_reduce(group_sum, group=everyone)
+    singles = torch_xla.distributed.xla_backend.new_xla_process_group([0])
+    group_alone = x.clone()
+    dist.all_reduce(group_alone, group=singles)
     out = {"rank": rank, "world": world, "sum": summed, "gather": gathered,
            "broadcast": broadcast, "payloads": [p.decode() for p in payloads],
-           "alone": alone, "store": type(rendezvous._store).__name__}
+           "alone": alone, "store": type(rendezvous._store).__name__,
+           "group_sum": group_sum, "group_alone": group_alone}
     out = _cpu(out)
     dist.destroy_process_group()
     return out
