@@ -77,11 +77,6 @@ REASONS: dict[str | tuple[str, str], str] = {
     ("torch_xla", "save_as_stablehlo"): NOT_BUILT + "StableHLO export (`torch_xla.stablehlo`)",
     ("torch_xla", "save_torch_model_as_stablehlo"): NOT_BUILT + "StableHLO export "
     "(`torch_xla.stablehlo`)",
-    # torch_xla._internal.pjrt
-    ("torch_xla._internal.pjrt", "initialize_multiprocess"): NOT_BUILT + "upstream's "
-    "per-process set-up hook; here `xmp.spawn` sets each child's environment itself",
-    ("torch_xla._internal.pjrt", "initialize_singleprocess"): NOT_BUILT + "upstream's "
-    "per-process set-up hook; here the runtime starts on first device use",
     # torch_xla.core.xla_env_vars: TPU runtime variables, read by torch-xla-tpu
     **{("torch_xla.core.xla_env_vars", n): TPU_ONLY for n in (
         "ACCELERATOR_TYPE", "CLOUD_TPU_TASK_ID", "TPUVM_MODE", "TPU_ACCELERATOR_TYPE",

@@ -3,11 +3,13 @@
 PyTorch/XLA's tests use `run_multiprocess` and `spawn`; both start one process per
 chip through `xmp.spawn` (see `torch_xla.distributed.xla_multiprocessing`), with one
 thread per device where the plugin's processes drive several. `spawn_threads` runs
-`fn` in this process, one thread per device.
+`fn` in this process, one thread per device. `initialize_multiprocess` and
+`initialize_singleprocess` set up a process that a launcher of one's own started.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -59,3 +61,48 @@ def spawn(fn: Callable, nprocs: int | None = None, start_method: str = "spawn",
     from torch_xla.distributed import xla_multiprocessing as xmp
 
     xmp.spawn(fn, args=args, nprocs=nprocs, start_method=start_method)
+
+
+def initialize_singleprocess() -> None:
+    """Start this process's runtime as a job of its own (it starts on first device use
+    anyway). A process that torchrun's variables place in a job still joins that job."""
+    from torch_xla.pjrt import distributed
+
+    os.environ.setdefault(distributed.LOCAL_COUNT_ENV, "1")
+    _start()
+
+
+def initialize_multiprocess(local_rank: int, local_world_size: int) -> None:
+    """Start this process's runtime as process `local_rank` of the `local_world_size`
+    processes of this host, as `xmp.spawn` does in each child, for a launcher of one's
+    own: every process calls it, and they form one job through the coordinator at
+    XLA_COORDINATOR_ADDRESS (default: MASTER_ADDR or localhost, port 8547). Variables
+    already set (`PJRT_LOCAL_PROCESS_RANK`, `PJRT_LOCAL_PROCESS_COUNT`) win, as in
+    PyTorch/XLA."""
+    from torch_xla.pjrt import distributed
+
+    os.environ.setdefault(distributed.LOCAL_RANK_ENV, str(local_rank))
+    os.environ.setdefault(distributed.LOCAL_COUNT_ENV, str(local_world_size))
+    _start()
+
+
+def _start() -> None:
+    """Start the runtime with this process's place in the job as the environment now says
+    it; refuse a runtime already started in another place."""
+    from torch_xla.pjrt import distributed
+    from torch_xla.pjrt.client import client, started
+
+    where = distributed.topology()
+    rank, count = (where.rank, where.count) if where is not None else (0, 1)
+    running = started()
+    if running is not None:
+        import torch_xla.runtime as xr
+
+        if (xr.process_index(), xr.process_count()) != (rank, count):
+            raise RuntimeError(
+                f"The XLA runtime already started as process {xr.process_index()} of "
+                f"{xr.process_count()}, not {rank} of {count}: call initialize_multiprocess "
+                "(or initialize_singleprocess) before the first use of the XLA device."
+            )
+        return
+    client()
