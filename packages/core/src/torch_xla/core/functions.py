@@ -170,8 +170,8 @@ class SyncBatchNorm(torch.nn.Module):
         if self.training:
             dims = [0, *range(2, batch.dim())]
             world = xr.world_size()
-            mean = AllReduceSumLayer.apply(batch.mean(dims)) / world
-            square_mean = AllReduceSumLayer.apply((batch * batch).mean(dims)) / world
+            local = torch.stack([batch.mean(dims), (batch * batch).mean(dims)])
+            mean, square_mean = AllReduceSumLayer.apply(local) / world  # one collective
             var = square_mean - mean * mean
             count = batch.numel() // batch.shape[1] * world
             with torch.no_grad():
