@@ -31,6 +31,7 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 from torch_xla._dynamo import dynamo_bridge
 from torch_xla.lazy import graph
+from torch_xla.pjrt.client import client
 
 SAMPLES = 300
 
@@ -78,8 +79,14 @@ def measure(label: str, step: Callable[[], object]) -> None:
     call = quantiles_ms(step)
     graphs, programs = runs_of(step)
     bridge = quantiles_ms(lambda: [c(*a) for c, a in graphs])
-    engine = quantiles_ms(lambda: [graph.run_program(c.device, c.program, c._inputs(a))
-                                   for c, a in graphs if c.program is not None])
+
+    def engine_runs() -> None:
+        for c, a in graphs:
+            if c.program is not None:
+                graph.run_program(c.device, c.program, c._inputs(a))
+        client().check_executions()  # as each launcher does once it has its results
+
+    engine = quantiles_ms(engine_runs)
     floor = quantiles_ms(lambda: [p.run(a) for p, a in programs])
     print(f"dynamo_call {label}: {len(programs)} programs | p10/median ms: whole call "
           f"{call[0]:.3f}/{call[1]:.3f}, bridge calls {bridge[0]:.3f}/{bridge[1]:.3f}, "

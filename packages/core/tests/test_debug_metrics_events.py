@@ -4,6 +4,7 @@ PyTorch/XLA records it, under its name and in its unit (one device, the CPU plug
 from __future__ import annotations
 
 import gc
+import threading
 import time
 
 import pytest
@@ -13,6 +14,8 @@ import torch_xla
 import torch_xla._XLAC as xlac
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
+from torch_xla import _metrics
+from torch_xla.pjrt.client import ExecutionClock, execution_clock
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +81,59 @@ def test_execute_time_lasts_until_the_results_are_ready(device, metrics):
     execute = met.metric_data("ExecuteTime")[1] / 1e9
     assert execute > 0.5 * wall, (execute, wall)
     assert launched < execute  # the sync itself did not wait for the execution
+
+
+class _Result:
+    """Stands for a jax array whose readiness the test decides (a real program's results
+    are ready whenever its device is done)."""
+
+    def __init__(self, ready: bool) -> None:
+        self.done = threading.Event()
+        if ready:
+            self.done.set()
+
+    def is_ready(self) -> bool:
+        return self.done.is_set()
+
+    def block_until_ready(self) -> _Result:
+        self.done.wait()
+        return self
+
+
+def test_the_clock_records_a_finished_execution_at_its_check_without_its_thread():
+    clock, metric = ExecutionClock(), _metrics.Metric("ClockTest")
+    start = time.perf_counter()
+    clock.launched(metric, start, [_Result(ready=True)])
+    assert metric.total_samples == 0  # noted, not looked at yet
+    clock.check()
+    assert metric.total_samples == 1 and 0 < metric.samples[-1][1] < time.perf_counter() - start
+    assert clock._thread is None  # nothing was handed over
+
+
+def test_the_clock_times_an_unfinished_execution_until_it_is_ready():
+    clock, metric = ExecutionClock(), _metrics.Metric("ClockTest")
+    result = _Result(ready=False)
+    clock.launched(metric, time.perf_counter(), [result])
+    clock.check()
+    time.sleep(0.05)
+    assert metric.total_samples == 0  # still running: the thread waits for it
+    threading.Timer(0.05, result.done.set).start()
+    clock.settle(wait=True)  # returns once the thread has recorded it
+    assert metric.total_samples == 1 and metric.samples[-1][1] >= 0.1
+    clock.stop()
+
+
+def test_every_launch_of_the_engine_is_checked_by_its_launcher(device, metrics):
+    """A launch left unchecked would keep its buffers alive and be timed late."""
+    x = torch.randn(4, 4).to(device)
+    (x * 2).sum()
+    torch_xla.sync()
+    assert execution_clock._unchecked == []
+    compiled = torch.compile(lambda t: (t @ t).relu(), backend="openxla")
+    compiled(x)
+    compiled(x)  # the cached graph's call
+    assert execution_clock._unchecked == []
+    assert _samples("ExecuteTime") >= 2
 
 
 def test_each_engine_op_counts_xla_op_and_tracing_time(device, metrics):

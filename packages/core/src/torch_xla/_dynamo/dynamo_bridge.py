@@ -101,8 +101,10 @@ class CompiledGraph:
         results = graph.run_program(device, self.program, arrays)
         _OUTPUT_DATA.add(len(results))
         wrap = _identity if functional.inside_functionalization() else _to_functional_tensor
-        return [wrap(XLATensor(ir.Data(array, aval, device)))
+        outs = [wrap(XLATensor(ir.Data(array, aval, device)))
                 for array, aval in zip(results, self.avals, strict=True)]
+        client().check_executions()
+        return outs
 
     def _inputs(self, args: tuple) -> list:
         arrays = [None] * len(self.sources)
@@ -547,5 +549,7 @@ def run_cached_graph(name: str, inputs: Sequence[torch.Tensor]) -> list[torch.Te
     inner = [functional.unwrap(t) for t in inputs]
     graph.sync([t for t in inner if t._node.rule is not None])
     results = graph.run_program(device, program, [t._node.array for t in inner])
-    return [functional.wrap(XLATensor(ir.Data(a, aval, device)))
+    outs = [functional.wrap(XLATensor(ir.Data(a, aval, device)))
             for a, aval in zip(results, avals, strict=True)]
+    client().check_executions()
+    return outs

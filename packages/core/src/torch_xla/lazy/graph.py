@@ -337,6 +337,7 @@ def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False,
         for array, (n, i) in zip(results, values, strict=False)
     ]
     _WRAP.add(time.perf_counter() - start)
+    client().check_executions()
     return datas
 
 
@@ -498,7 +499,8 @@ def run_program(device: int, program: compiler.Program, arrays: list,
                 eager: bool = False) -> list:
     """Run a compiled program on `device` (a sync, or a cached graph of `torch.compile`).
 
-    Returns at once: `ExecuteTime` is taken when the results are ready (`client.launched`)."""
+    Returns at once: `ExecuteTime` is taken when the results are ready (`client.launched`);
+    the caller calls `client().check_executions()` once it has wrapped them."""
     start = time.perf_counter()
     results = program.run(arrays)
     client().launched(results, start, eager)

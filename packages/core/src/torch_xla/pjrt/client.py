@@ -173,29 +173,66 @@ class Client:
             metric = _EXECUTE_REPLICATED_TIME
         execution_clock.launched(metric, start, results)
 
+    def check_executions(self) -> None:
+        """The launcher has wrapped its results: record the executions already done (the
+        rest are timed until ready on the clock's thread). Every caller of `launched`
+        calls it once that is done."""
+        execution_clock.check()
+
 
 class ExecutionClock:
-    """Times executions from launch until their results are ready, on a thread of its own,
-    so that the thread launching them never waits (PyTorch/XLA times them with an
-    on-ready callback of the PJRT future). `settle(wait=True)` returns once every launched
-    execution has its sample; metrics readers call it through `_metrics.settle`."""
+    """Times executions from launch until their results are ready, without making the
+    launching thread wait (PyTorch/XLA times them with an on-ready callback of the PJRT
+    future, which jax does not expose).
+
+    A launch is only noted. Its launcher calls `check()` once it has wrapped the results
+    (a sync, a call of a compiled dynamo graph): an execution already done by then is
+    recorded there, its time read at that moment (so at most the wrapping too long); the
+    others are handed to a thread of the clock's own, which waits for each and records it
+    when it is ready. Small programs, done in microseconds, so never wake that thread:
+    waking it and handing the GIL back and forth cost about 45 us per execution on a
+    2-core host, a third of a cached `torch.compile` call (docs/performance.md).
+    `settle(wait=True)` returns once every launched execution has its sample; metrics
+    readers call it through `_metrics.settle`."""
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._done = threading.Condition()
-        self._in_flight = 0
+        self._in_flight = 0  # handed to the thread, not recorded yet
         self._thread: threading.Thread | None = None
+        self._unchecked: list[tuple[_metrics.Metric, float, Any]] = []
+        self._lock = threading.Lock()
 
     def launched(self, metric: _metrics.Metric, start: float, results: Any) -> None:
+        with self._lock:
+            self._unchecked.append((metric, start, results))
+
+    def check(self) -> None:
+        """Record the noted executions that are done; hand the others to the thread."""
+        with self._lock:
+            items, self._unchecked = self._unchecked, []
+        if not items:
+            return
+        now = time.perf_counter()
+        for item in items:
+            metric, start, results = item
+            # one execution's results become ready together: its last one stands for all
+            if not results or results[-1].is_ready():
+                metric.add(now - start)
+            else:
+                self._wait_for(item)
+
+    def _wait_for(self, item: tuple[_metrics.Metric, float, Any]) -> None:
         with self._done:
             self._in_flight += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="xla-execution-clock",
                                                 daemon=True)
                 self._thread.start()
-        self._queue.put((metric, start, results))
+        self._queue.put(item)
 
     def settle(self, wait: bool) -> None:
+        self.check()
         if not wait:
             return  # the clock thread records each execution as soon as it finishes
         with self._done:
