@@ -68,10 +68,14 @@ def test_an_op_seen_before_does_not_compile_again(device, eager):
 def test_sync_finds_nothing_to_run(device, eager):
     (x,) = _on_device(device, torch.ones(3))
     (x + 1).sum()
+    xm.wait_device_ops()
+    assert _count(eager, "EagerOpExecuteTime") == 2  # add, sum: one program each, run
+    eager.clear_all()  # (compiled here, or found compiled by an earlier test's ops)
     torch_xla.sync()
-    assert eager.counter_value("UncachedCompile") == 2  # add, sum: one program each
-    assert eager.counter_value("CachedCompile") is None  # the sync ran no graph
+    assert eager.counter_value("UncachedCompile") is None  # the sync compiled nothing
+    assert eager.counter_value("CachedCompile") is None  # and ran no graph
     assert eager.metric_data("ExecuteTime") is None
+    assert eager.metric_data("EagerOpExecuteTime") is None
 
 
 def test_an_op_with_several_outputs_runs_once(device, eager):
