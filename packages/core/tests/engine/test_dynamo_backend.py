@@ -253,6 +253,29 @@ def test_pending_input_is_computed_before_the_program(device, metrics):
         config.skip_input_data_check = False
 
 
+def test_backward_of_a_compiled_loss_needs_no_sync_of_its_own(device, metrics):
+    """autograd's root gradient, `ones_like(loss)`, is a device scalar when the loss is a
+    program's result: the backward program runs at once (two programs per step, as with
+    `backward(one)`), and the gradients still equal eager's."""
+    model = mlp()
+    xla_model = on_xla(model, device)
+    compiled = torch.compile(lambda m, x: m(x).square().mean(), backend="openxla")
+    x = torch.randn(8, 16)
+    for _ in range(2):  # compile, then the cached calls
+        xla_model.zero_grad(set_to_none=True)
+        compiled(xla_model, x.to(device)).backward()
+    torch_xla.sync()
+    synced, executions = counter(metrics, "DynamoSyncInputExecuteTime"), samples(
+        metrics, "ExecuteTime")
+    xla_model.zero_grad(set_to_none=True)
+    compiled(xla_model, x.to(device)).backward()
+    assert counter(metrics, "DynamoSyncInputExecuteTime") == synced
+    assert samples(metrics, "ExecuteTime") == executions + 2  # the forward and the backward
+    model(x).square().mean().backward()
+    for got, want in zip(grads(xla_model), grads(model), strict=True):
+        assert_close(got, want, **GRAD_TOL)
+
+
 def test_captured_constant_keeps_its_slot_across_calls(device):
     def fn(x):
         return (x * 2.5 + 0.5).pow(3) - 1.25  # the scalars become device-data constants

@@ -161,6 +161,35 @@ def test_lifted_ints_keep_torchs_dtypes_and_values(device):
             assert_close(actual, expected)
 
 
+def test_a_scalar_fill_of_device_data_is_data_and_of_a_pending_value_a_node(device):
+    """0-dim `ones_like`/`zeros_like`/`full_like` of a value already on the device (the
+    root gradient of a compiled loss) is device data; of a pending value it stays a node
+    (its constant folds into the step's graph). Values and dtypes as eager's either way."""
+    cpu = torch.tensor(2.5)
+    on_device = cpu.to(device)
+    fills = {
+        "ones_like": lambda t: torch.ones_like(t),
+        "zeros_like": lambda t: torch.zeros_like(t),
+        "full_like": lambda t: torch.full_like(t, -7.25),
+        "full_like int64": lambda t: torch.full_like(t, 3, dtype=torch.int64),
+        "ones_like bool": lambda t: torch.ones_like(t, dtype=torch.bool),
+    }
+    for name, fill in fills.items():
+        expected = fill(cpu)
+        ready, pending = fill(on_device), fill(on_device * 2)
+        text = torch_xla._XLAC._get_xla_tensors_text([ready])
+        assert "_like" not in text and "device_data" in text, (name, text)
+        assert "_like" in torch_xla._XLAC._get_xla_tensors_text([pending]), name
+        for got in (ready, pending):
+            assert got.dtype == expected.dtype, name
+            assert torch.equal(got.cpu(), expected), name
+    ready = torch.ones_like(on_device)
+    ready.add_(1)  # the cached scalar it came from is not written
+    assert torch.ones_like(on_device).item() == 1.0 and ready.item() == 2.0
+    vector = torch.ones(3).to(device)
+    assert "ones_like" in torch_xla._XLAC._get_xla_tensors_text([torch.ones_like(vector)])
+
+
 def test_no_special_scalars_lifts_zero_and_one_and_keeps_negative_zero():
     out = run_python(
         """

@@ -132,6 +132,25 @@ def _empty_like(func, args, kwargs):
     return nodes.full(shape, kwargs.get("dtype") or t.dtype, 0, t._node.device)
 
 
+_FILLS = {aten.ones_like.default: 1, aten.zeros_like.default: 0}
+
+
+@special(aten.ones_like.default, aten.zeros_like.default, aten.full_like.default)
+def _filled_like(func, args, kwargs):
+    """A 0-dim fill of a tensor whose value is on the device (autograd's root gradient,
+    `ones_like(loss)`, after a `torch.compile`d forward) is the cached device scalar, not
+    a node: the compiled backward then finds its input ready, instead of running a program
+    of its own to compute it (0.17 ms of a small model's training call). Anything else,
+    a pending loss of lazy mode included, is recorded, so its constant folds as before."""
+    t = args[0]
+    device = kwargs.get("device")
+    if (t.dim() or t._node.rule is not None
+            or (device is not None and _device_index(device) != t._node.device)):
+        return dispatch.record_lowered(func, args, kwargs)
+    value = _FILLS[func] if func in _FILLS else args[1]
+    return nodes.device_scalar(value, kwargs.get("dtype") or t.dtype, t._node.device)
+
+
 @special(
     aten.detach.default,
     aten.alias.default,

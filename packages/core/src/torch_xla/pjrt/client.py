@@ -190,8 +190,8 @@ class ExecutionClock:
     recorded there, its time read at that moment (so at most the wrapping too long); the
     others are handed to a thread of the clock's own, which waits for each and records it
     when it is ready. Small programs, done in microseconds, so never wake that thread:
-    waking it and handing the GIL back and forth cost about 45 us per execution on a
-    2-core host, a third of a cached `torch.compile` call (docs/performance.md).
+    waking it and handing the GIL back and forth cost 45 to 90 us per execution on a
+    2-core host, a quarter of a cached `torch.compile` training call (docs/design.md).
     `settle(wait=True)` returns once every launched execution has its sample; metrics
     readers call it through `_metrics.settle`."""
 
