@@ -7,6 +7,8 @@ import gc
 import threading
 import time
 
+import jax
+import jax.numpy as jnp
 import pytest
 import torch
 
@@ -121,6 +123,18 @@ def test_the_clock_times_an_unfinished_execution_until_it_is_ready():
     clock.settle(wait=True)  # returns once the thread has recorded it
     assert metric.total_samples == 1 and metric.samples[-1][1] >= 0.1
     clock.stop()
+
+
+def test_the_clock_counts_a_result_already_donated_by_its_check_as_done():
+    """Another thread's program may take over a result's buffer before its launcher
+    checks it (donation): jax then refuses to say whether it is ready."""
+    clock, metric = ExecutionClock(), _metrics.Metric("ClockTest")
+    result = jnp.ones(3) + 1
+    clock.launched(metric, time.perf_counter(), [result])
+    jax.jit(lambda a: a * 2, donate_argnums=0)(result)
+    assert result.is_deleted()
+    clock.check()
+    assert metric.total_samples == 1 and clock._thread is None
 
 
 def test_every_launch_of_the_engine_is_checked_by_its_launcher(device, metrics):

@@ -217,7 +217,7 @@ class ExecutionClock:
         for item in items:
             metric, start, results = item
             # one execution's results become ready together: its last one stands for all
-            if not results or results[-1].is_ready():
+            if not results or _done(results[-1]):
                 metric.add(now - start)
             else:
                 self._wait_for(item)
@@ -263,6 +263,15 @@ class ExecutionClock:
             with self._done:
                 self._in_flight -= 1
                 self._done.notify_all()
+
+
+def _done(array: Any) -> bool:
+    """Whether `array`'s execution has finished; a buffer another program already took
+    over (donation, from another thread) counts as finished: so did its execution."""
+    try:
+        return array.is_ready()
+    except RuntimeError:  # jax: "Array has been deleted"
+        return True
 
 
 _TO_DEVICE_TIME = _metrics.metric("TransferToDeviceTime")
