@@ -9,7 +9,8 @@ dispatch of the last program (on the CPU plugin small programs run inline, so th
 execution is in every column). Four timings: the whole call; the bridge's compiled
 graphs called directly with the arguments one call gave them (gathering input buffers,
 running the program, wrapping outputs); the same programs through the engine's
-`graph.run_program` (which hands each execution to the execution clock's thread); and
+`graph.run_program` (which notes each execution for the execution clock, checked once the
+programs ran: done ones are timed at once, the rest on the clock's thread); and
 the programs alone, re-run with the same buffers straight through jax. Differences:
 the bridge's own work, the clock's, and what dynamo's guards, AOTAutograd's wrappers and
 the autograd engine add.
