@@ -144,7 +144,7 @@ def _filled_like(func, args, kwargs):
     a pending loss of lazy mode included, is recorded, so its constant folds as before."""
     t = args[0]
     device = kwargs.get("device")
-    if (t.dim() or t._node.rule is not None
+    if (t._node.rule is not None or t.dim()  # pending first: lazy mode's usual case
             or (device is not None and _device_index(device) != t._node.device)):
         return dispatch.record_lowered(func, args, kwargs)
     value = _FILLS[func] if func in _FILLS else args[1]
