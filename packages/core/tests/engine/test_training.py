@@ -7,6 +7,7 @@ import copy
 import pytest
 import torch
 
+import torch_xla.amp
 import torch_xla.core.xla_model as xm
 
 from .helpers import assert_close
@@ -120,3 +121,65 @@ def test_backward_accumulates_into_leaf_grad(device):
     (w * w).sum().backward()
     (3 * w).sum().backward()
     assert_close(w.grad, torch.tensor([5.0, 7.0, 9.0]))
+
+
+# The fused steps PyTorch runs for `fused=True`; torch accepts the xla device for them.
+FUSED = {
+    "adam": lambda ps: torch.optim.Adam(ps, lr=1e-2, fused=True),
+    "adam-amsgrad-decay-maximize": lambda ps: torch.optim.Adam(
+        ps, lr=1e-2, fused=True, amsgrad=True, weight_decay=0.1, maximize=True),
+    "adamw": lambda ps: torch.optim.AdamW(ps, lr=1e-2, fused=True),
+    "adamw-tensor-lr": lambda ps: torch.optim.AdamW(ps, lr=torch.tensor(1e-2), fused=True),
+    "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, fused=True),
+    "sgd-nesterov-decay": lambda ps: torch.optim.SGD(
+        ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01, fused=True),
+}
+
+
+def _fused_training(device, make_optimizer, scaled=False):
+    """4 steps of a small MLP; with `scaled`, through a GradScaler and with an infinite
+    input on step 3, whose update the scaler must skip."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(),
+                                torch.nn.Linear(8, 3)).to(device)
+    opt = make_optimizer(model.parameters())
+    scaler = None
+    if scaled and device.type == "cpu":
+        scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    elif scaled:
+        scaler = torch_xla.amp.GradScaler(init_scale=1024.0)
+    inputs = torch.randn(4, 5, 6, generator=torch.Generator().manual_seed(2))
+    if scaled:
+        inputs[2, 0, 0] = float("inf")
+    for x in inputs:
+        opt.zero_grad()
+        loss = model(x.to(device)).square().mean()
+        if scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        if device.type != "cpu":
+            xm.mark_step()
+    return [p.detach().cpu() for p in model.parameters()], scaler
+
+
+@pytest.mark.parametrize("name", sorted(FUSED))
+def test_fused_optimizer_steps_match_eager(device, name):
+    """PyTorch's functionalization kernel stopped these (without amsgrad or momentum) with
+    "mutating a non-functional tensor with a functional tensor"."""
+    expected, _ = _fused_training(torch.device("cpu"), FUSED[name])
+    got, _ = _fused_training(device, FUSED[name])
+    for e, g in zip(expected, got, strict=True):
+        assert_close(g, e, rtol=1e-5, atol=1e-6)
+
+
+def test_fused_adamw_under_a_grad_scaler_skips_the_infinite_step(device):
+    """torch's scaler hands a fused step `grad_scale` and `found_inf`: no host sync."""
+    expected, cpu_scaler = _fused_training(torch.device("cpu"), FUSED["adamw"], scaled=True)
+    got, scaler = _fused_training(device, FUSED["adamw"], scaled=True)
+    assert scaler.get_scale() == cpu_scaler.get_scale() == 512.0  # halved once, at the inf
+    for e, g in zip(expected, got, strict=True):
+        assert_close(g, e, rtol=1e-5, atol=1e-6)

@@ -10,7 +10,7 @@ import warnings
 
 import torch
 
-from torch_xla.backend import autocast, autograd, copies, factories, foreach
+from torch_xla.backend import autocast, autograd, copies, factories, optimizer_ops
 from torch_xla.backend.device_module import XlaDeviceModule
 
 NAME = "xla"
@@ -51,6 +51,6 @@ def register() -> None:
         warnings.filterwarnings("ignore", "Warning only once for all operators")
         factories.register(_library)
         copies.register(_library)
-        foreach.register(_library)
+        optimizer_ops.register(_library)
         autocast.register(_library)
     autograd.register()
