@@ -183,3 +183,58 @@ def test_fused_adamw_under_a_grad_scaler_skips_the_infinite_step(device):
     assert scaler.get_scale() == cpu_scaler.get_scale() == 512.0  # halved once, at the inf
     for e, g in zip(expected, got, strict=True):
         assert_close(g, e, rtol=1e-5, atol=1e-6)
+
+
+class _TiedLM(torch.nn.Module):
+    """An embedding whose weight the output layer reuses (weight tying)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.emb = torch.nn.Embedding(11, 6)
+        self.head = torch.nn.Linear(6, 11, bias=False)
+        self.head.weight = self.emb.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.tanh(self.emb(ids)))
+
+
+def _tied_training(device, retie: bool) -> list[torch.Tensor]:
+    torch.manual_seed(0)
+    model = _TiedLM().to(device)
+    if retie:
+        model.head.weight = model.emb.weight
+    assert model.head.weight is model.emb.weight
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    ids = torch.randint(0, 11, (3, 4, 5), generator=torch.Generator().manual_seed(3))
+    for batch in ids:
+        opt.zero_grad()
+        logits = model(batch.to(device))
+        torch.nn.functional.cross_entropy(logits.flatten(0, 1), batch.flatten().to(device)
+                                          ).backward()
+        opt.step()
+        if device.type != "cpu":
+            xm.mark_step()
+    return [p.detach().cpu() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("way", ["retie-after-to", "swap-on-conversion"])
+def test_tied_weights_train_as_on_the_cpu_either_way_the_guide_gives(device, way):
+    """docs/guide/training.md: `.to(xla)` splits a shared parameter (as in PyTorch/XLA);
+    tying again after the move, or torch's swap-on-conversion switch, keeps one."""
+    expected = _tied_training(torch.device("cpu"), retie=False)
+    swap = torch.__future__.get_swap_module_params_on_conversion()
+    torch.__future__.set_swap_module_params_on_conversion(way == "swap-on-conversion")
+    try:
+        got = _tied_training(device, retie=way == "retie-after-to")
+    finally:
+        torch.__future__.set_swap_module_params_on_conversion(swap)
+    assert len(got) == len(expected) == 1
+    assert_close(got[0], expected[0], **ADAM_TOLERANCE)
+
+
+def test_moving_a_tied_model_splits_the_shared_parameter_as_pytorch_xla_does(device):
+    """The behaviour the guide warns about (torch's Module._apply with a tensor type that
+    cannot take over a CPU tensor's storage)."""
+    model = _TiedLM().to(device)
+    assert model.head.weight is not model.emb.weight
+    assert len(list(model.parameters())) == 2
