@@ -194,3 +194,67 @@ def histogramdd_from_bin_cts(x, bins, *, range=None, weight=None, density=False)
 @_own(aten._histogramdd_from_bin_tensors.default)
 def histogramdd_from_bin_tensors(x, bins, *, weight=None, density=False):
     return _histogramdd(x.reshape(-1, x.shape[-1]), list(bins), weight, density)
+
+
+# --- fused RNN cells ---------------------------------------------------------------------
+# torch's nn.LSTM/nn.GRU (and LSTMCell/GRUCell) compute each step with these fused cell
+# ops on every PrivateUse1 device, so on ours, and they have no CPU kernel; PyTorch/XLA's
+# `XLA` device takes torch's unfused path instead. Gates are ordered as torch's fused
+# kernels order them, and the workspace each forward returns holds what that kernel's
+# backward reads.
+
+
+def _gates(input_gates, hidden_gates, input_bias, hidden_bias, chunks: int) -> tuple:
+    if input_bias is not None:
+        input_gates = input_gates + input_bias
+    if hidden_bias is not None:
+        hidden_gates = hidden_gates + hidden_bias
+    return input_gates.chunk(chunks, 1), hidden_gates.chunk(chunks, 1)
+
+
+@_own(aten._thnn_fused_lstm_cell.default)
+def thnn_fused_lstm_cell(input_gates, hidden_gates, cx, input_bias=None, hidden_bias=None):
+    """(hy, cy, workspace): workspace is the activated gates [i, f, g, o], [B, 4H]."""
+    (ii, fi, gi, oi), (ih, fh, gh, oh) = _gates(input_gates, hidden_gates, input_bias,
+                                                hidden_bias, 4)
+    i, f, g, o = (ii + ih).sigmoid(), (fi + fh).sigmoid(), (gi + gh).tanh(), (oi + oh).sigmoid()
+    cy = f * cx + i * g
+    return o * cy.tanh(), cy, torch.cat([i, f, g, o], 1)
+
+
+@_own(aten._thnn_fused_lstm_cell_backward_impl.default)
+def thnn_fused_lstm_cell_backward_impl(grad_hy, grad_cy, cx, cy, workspace, has_bias):
+    """(grad of the gates' pre-activation sum [B, 4H], grad_cx, grad_bias [4H] or None)."""
+    i, f, g, o = workspace.chunk(4, 1)
+    tanh_cy = cy.tanh()
+    grad_hy = torch.zeros_like(cy) if grad_hy is None else grad_hy
+    grad_c = grad_hy * o * (1 - tanh_cy * tanh_cy)
+    if grad_cy is not None:
+        grad_c = grad_c + grad_cy
+    grad_gates = torch.cat([grad_c * g * (1 - i) * i, grad_c * cx * (1 - f) * f,
+                            grad_c * i * (1 - g * g), grad_hy * tanh_cy * (1 - o) * o], 1)
+    return grad_gates, grad_c * f, grad_gates.sum(0) if has_bias else None
+
+
+@_own(aten._thnn_fused_gru_cell.default)
+def thnn_fused_gru_cell(input_gates, hidden_gates, hx, input_bias=None, hidden_bias=None):
+    """(hy, workspace): workspace is [r, z, n, hx, hidden n-gate with its bias], [B, 5H]."""
+    (ri, zi, ni), (rh, zh, nh) = _gates(input_gates, hidden_gates, input_bias, hidden_bias, 3)
+    r, z = (ri + rh).sigmoid(), (zi + zh).sigmoid()
+    n = (ni + r * nh).tanh()
+    return n + z * (hx - n), torch.cat([r, z, n, hx, nh], 1)
+
+
+@_own(aten._thnn_fused_gru_cell_backward.default)
+def thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias):
+    """(grad_input_gates, grad_hidden_gates, grad_hx, grad_input_bias, grad_hidden_bias)."""
+    r, z, n, hx, nh = workspace.chunk(5, 1)
+    grad_n = grad_hy * (1 - z) * (1 - n * n)
+    grad_r = grad_n * nh * (1 - r) * r
+    grad_z = grad_hy * (hx - n) * (1 - z) * z
+    grad_input = torch.cat([grad_r, grad_z, grad_n], 1)
+    grad_hidden = torch.cat([grad_r, grad_z, grad_n * r], 1)
+    if not has_bias:
+        return grad_input, grad_hidden, grad_hy * z, None, None
+    return grad_input, grad_hidden, grad_hy * z, grad_input.sum(0), grad_hidden.sum(0)
+
