@@ -42,6 +42,18 @@ def test_batches_arrive_on_the_device_in_order_and_equal_to_the_host(device):
         torch.testing.assert_close(y, wy, rtol=0, atol=0)
 
 
+def test_a_pinning_data_loader_feeds_the_device(device):
+    """`DataLoader(pin_memory=True)`, common in CUDA code, pins for the current accelerator:
+    the xla device once torch_xla is imported. It raised NotImplementedError (torch asks a
+    PrivateUse1 backend for a pinned-memory allocator); pinning for xla keeps the batch."""
+    x = torch.arange(24, dtype=torch.float32).reshape(8, 3)
+    loader = DataLoader(TensorDataset(x), batch_size=4, pin_memory=True)
+    got = [batch.cpu() for (batch,) in pl.MpDeviceLoader(loader, device)]
+    assert [b.tolist() for b in got] == [x[:4].tolist(), x[4:].tolist()]
+    t = torch.ones(3)
+    assert t.pin_memory() is t
+
+
 def test_nested_batches_keep_their_structure(device):
     data = [{"image": torch.ones(2, 2), "meta": (torch.zeros(1), "name")}] * 2
     (first, second) = list(pl.MpDeviceLoader(data, device))

@@ -9,6 +9,12 @@ moves the source to the host and lets the CPU `copy_` do what it always does
 call goes to PyTorch's kernel, which handles `xla.copy_(anything)` through
 the engine's `copy` rule (`lazy/special.py`). PyTorch's `_to_copy` kernel has the
 same blind spot, fixed the same way.
+
+`pin_memory()` of a CPU tensor pins for the current accelerator, which is ours once
+`torch_xla` is imported, and torch asks a PrivateUse1 backend for a pinned-memory
+allocator that its Python hooks cannot provide (a `NotImplementedError` from
+`DataLoader(pin_memory=True)`). PJRT copies from any host memory, so pinning for the xla
+device returns the tensor as it is; pinning for another device is torch's.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import torch
 
 _original: torch._C._SafeKernelFunction | None = None
 _original_to_copy: torch._C._SafeKernelFunction | None = None
+_original_pin: torch._C._SafeKernelFunction | None = None
 _is_functional = torch._is_functional_tensor
 
 
@@ -38,6 +45,14 @@ def functional_to_copy(keyset, *args, **kwargs):
     return out
 
 
+def pin_memory(keyset, self, device=None):
+    """The CPU kernel of `aten::_pin_memory`, which `Tensor.pin_memory` calls."""
+    target = device if device is not None else torch.accelerator.current_accelerator()
+    if target is not None and torch.device(target).type == "xla":
+        return self
+    return _original_pin.call_boxed(keyset, self, device)
+
+
 def copy_from(src, dst, non_blocking=False):
     """`dst.copy_(src)` when ATen's CPU copy hands a copy involving an engine tensor over."""
     from torch_xla.lazy import functional, graph, special
@@ -51,9 +66,11 @@ def copy_from(src, dst, non_blocking=False):
 
 
 def register(library: torch.library.Library) -> None:
-    global _original, _original_to_copy
+    global _original, _original_to_copy, _original_pin
     _original = torch.library.get_kernel("aten::copy_", "Functionalize")
     _original_to_copy = torch.library.get_kernel("aten::_to_copy", "Functionalize")
+    _original_pin = torch.library.get_kernel("aten::_pin_memory", "CPU")
     library.impl("_copy_from", copy_from, "PrivateUse1")
     library.impl("copy_", functional_copy_, "Functionalize", with_keyset=True)
     library.impl("_to_copy", functional_to_copy, "Functionalize", with_keyset=True)
+    library.impl("_pin_memory", pin_memory, "CPU", with_keyset=True)
