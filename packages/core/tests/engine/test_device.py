@@ -96,3 +96,36 @@ def test_mixing_with_requires_grad_raises_before_autograd(device):
 def test_zero_dim_cpu_tensor_mixes_like_a_scalar(device):
     x = torch.tensor([1.0, 2.0])
     assert_close(x.to(device) * torch.tensor(3.0), x * torch.tensor(3.0))
+
+
+def _indexed(x, device):
+    """Indexing with CPU index tensors, as torch allows on any device; returns every result
+    and the gradient of the indexed tensor."""
+    x = x.to(device).requires_grad_()
+    rows, cols = torch.tensor([2, 0, 2]), torch.tensor([[1], [3]])
+    mask = torch.tensor([True, False, True])
+    out = [x[rows], x[:, cols], x[rows, torch.tensor([0, 1, 3])], x[mask], x[mask, 1:],
+           x[torch.tensor([1, 0]).to(device), torch.tensor([2, 2])]]  # one XLA, one CPU
+    sum(o.square().sum() for o in out).backward()
+    y = x.detach().clone()
+    y[mask] = 0.0
+    y[rows] += 1.0
+    y.index_put_((torch.tensor([0, 0]), torch.tensor([1, 1])), torch.tensor(5.0),
+                 accumulate=True)
+    return [*out, y, x.grad]
+
+
+def test_cpu_index_tensors_index_and_update_as_on_the_cpu(device):
+    x = torch.arange(12.0).reshape(3, 4)
+    for got, expected in zip(_indexed(x, device), _indexed(x, "cpu"), strict=True):
+        assert got.device == device
+        assert_close(got, expected.detach())
+
+
+def test_a_cpu_tensor_as_an_operand_is_still_refused(device):
+    """Only indices may stay on the CPU (torch's rule on every device)."""
+    x = torch.arange(3.0).to(device)
+    with pytest.raises(RuntimeError, match="Input tensor is not an XLA tensor"):
+        torch.where(torch.tensor([True, False, True]), x, 0.0)
+    with pytest.raises(RuntimeError, match="Input tensor is not an XLA tensor"):
+        x.index_put((torch.tensor([0, 1]),), torch.tensor([1.0, 2.0]))
