@@ -129,3 +129,26 @@ def test_a_cpu_tensor_as_an_operand_is_still_refused(device):
         torch.where(torch.tensor([True, False, True]), x, 0.0)
     with pytest.raises(RuntimeError, match="Input tensor is not an XLA tensor"):
         x.index_put((torch.tensor([0, 1]),), torch.tensor([1.0, 2.0]))
+
+
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("lengths_on", ["cpu", "xla", "tuple"])
+def test_ctc_loss_takes_its_lengths_on_the_cpu_or_the_device(device, reduction, lengths_on):
+    """CUDA code passes CPU length tensors; torch's composite kernel would divide the
+    device loss by them (`backend/host_arguments.py`)."""
+    torch.manual_seed(0)
+    log_probs = torch.randn(6, 2, 5).log_softmax(2)
+    targets = torch.tensor([[1, 2, 2], [3, 1, 0]])
+    lengths = (torch.tensor([6, 5]), torch.tensor([3, 2]))
+
+    def loss_and_grad(dev, where):
+        lp = log_probs.to(dev).requires_grad_()
+        given = {"cpu": lengths, "xla": tuple(t.to(dev) for t in lengths),
+                 "tuple": tuple(tuple(t.tolist()) for t in lengths)}[where]
+        loss = torch.nn.functional.ctc_loss(lp, targets.to(dev), *given, reduction=reduction)
+        loss.sum().backward()
+        return loss, lp.grad
+
+    for got, expected in zip(loss_and_grad(device, lengths_on), loss_and_grad("cpu", "cpu"),
+                             strict=True):
+        assert_close(got, expected.detach(), rtol=1e-5, atol=1e-5)

@@ -66,7 +66,7 @@ def test_recurrent_module_forward_and_backward_match_eager(device, name):
 @pytest.mark.parametrize("lengths", [[5, 3, 2], [2, 5, 3]], ids=["sorted", "unsorted"])
 def test_lstm_over_a_packed_batch_matches_eager(device, lengths):
     """`_pack_padded_sequence` takes CPU lengths and gives CPU step sizes
-    (`backend/packing.py`); unsorted lengths go through torch's enforce_sorted=False."""
+    (`backend/host_arguments.py`); unsorted lengths go through torch's enforce_sorted=False."""
     torch.manual_seed(0)
     cpu = nn.LSTM(4, 6, batch_first=True)
     xla = copy.deepcopy(cpu).to(device)

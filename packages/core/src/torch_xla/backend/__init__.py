@@ -10,7 +10,7 @@ import warnings
 
 import torch
 
-from torch_xla.backend import autocast, autograd, copies, factories, optimizer_ops, packing
+from torch_xla.backend import autocast, autograd, copies, factories, host_arguments, optimizer_ops
 from torch_xla.backend.device_module import XlaDeviceModule
 
 NAME = "xla"
@@ -52,6 +52,6 @@ def register() -> None:
         factories.register(_library)
         copies.register(_library)
         optimizer_ops.register(_library)
-        packing.register(_library)
+        host_arguments.register(_library)
         autocast.register(_library)
     autograd.register()

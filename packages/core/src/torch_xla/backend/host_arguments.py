@@ -1,0 +1,61 @@
+"""ATen ops whose contract keeps some tensors on the host whatever the device of the
+others, taken at their autograd key on the xla device (before functionalization, which
+would wrap a host tensor like any output of an op on an XLA tensor, and before torch's
+composite kernels, which would mix the host tensors into device ops).
+
+- `_pack_padded_sequence` (`nn.utils.rnn.pack_padded_sequence`) takes the lengths as a
+  CPU tensor and returns the step sizes (`batch_sizes`) as a CPU tensor, which `nn.LSTM`
+  and `pad_packed_sequence` read on the host; a wrapped CPU tensor has no host data for
+  them. The step sizes are computed on the host from the lengths, and the packed data is
+  those rows of each step, concatenated with ordinary (recorded, differentiable) ops.
+  PyTorch/XLA runs the op on the CPU.
+- `ctc_loss` with length tensors: on the CPU, as CUDA code passes them, they become the
+  integer lists of its `IntList` form (what torch does for plain tensors); on the
+  device, torch's composite kernel as before.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def pack_padded_sequence(data: torch.Tensor, lengths: torch.Tensor, batch_first: bool):
+    if lengths.device.type != "cpu" or lengths.dim() != 1:
+        raise RuntimeError("pack_padded_sequence: `lengths` must be a 1-D CPU int64 tensor, "
+                           f"got {tuple(lengths.shape)} on {lengths.device}")
+    if batch_first:
+        data = data.transpose(0, 1)
+    counts = [int(n) for n in lengths.tolist()]
+    if not counts:
+        raise RuntimeError("pack_padded_sequence: cannot pack an empty batch")
+    if len(counts) != data.shape[1]:
+        raise RuntimeError(f"pack_padded_sequence: {len(counts)} lengths for a batch of "
+                           f"{data.shape[1]}")
+    if min(counts) <= 0:
+        raise RuntimeError("pack_padded_sequence: every length must be positive (a sequence "
+                           "of length 0 cannot be packed)")
+    if counts != sorted(counts, reverse=True):
+        raise RuntimeError("pack_padded_sequence: `lengths` must be sorted in decreasing "
+                           "order, or pass enforce_sorted=False")
+    if counts[0] > data.shape[0]:
+        raise RuntimeError(f"pack_padded_sequence: a length of {counts[0]} is longer than "
+                           f"the {data.shape[0]} steps of the input")
+    sizes = [sum(n > step for n in counts) for step in range(counts[0])]
+    packed = torch.cat([data[step, :size] for step, size in enumerate(sizes)])
+    return packed, torch.tensor(sizes, dtype=torch.int64)
+
+
+def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reduction=1,
+             zero_infinity=False):
+    if input_lengths.device.type == "cpu" and target_lengths.device.type == "cpu":
+        return torch.ops.aten.ctc_loss.IntList(log_probs, targets, input_lengths.tolist(),
+                                               target_lengths.tolist(), blank, reduction,
+                                               zero_infinity)
+    return torch.ops.aten.ctc_loss.Tensor.decompose(log_probs, targets, input_lengths,
+                                                    target_lengths, blank, reduction,
+                                                    zero_infinity)
+
+
+def register(library: torch.library.Library) -> None:
+    library.impl("_pack_padded_sequence", pack_padded_sequence, "AutogradPrivateUse1")
+    library.impl("ctc_loss.Tensor", ctc_loss, "AutogradPrivateUse1")
