@@ -152,3 +152,16 @@ def test_ctc_loss_takes_its_lengths_on_the_cpu_or_the_device(device, reduction, 
     for got, expected in zip(loss_and_grad(device, lengths_on), loss_and_grad("cpu", "cpu"),
                              strict=True):
         assert_close(got, expected.detach(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("where", ["xla", "xla:0", "device", "mapping"])
+def test_torch_load_onto_the_device_is_refused_with_what_to_do(device, where):
+    buffer = io.BytesIO()
+    torch.save({"w": torch.arange(3.0)}, buffer)
+    buffer.seek(0)
+    location = {"xla": "xla", "xla:0": "xla:0", "device": device,
+                "mapping": {"cpu": "xla:0"}}[where]
+    with pytest.raises(RuntimeError, match=r"map_location='cpu'.*load_state_dict"):
+        torch.load(buffer, map_location=location)
+    buffer.seek(0)
+    assert torch.equal(torch.load(buffer, map_location="cpu")["w"], torch.arange(3.0))

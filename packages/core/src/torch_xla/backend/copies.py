@@ -15,6 +15,11 @@ same blind spot, fixed the same way.
 allocator that its Python hooks cannot provide (a `NotImplementedError` from
 `DataLoader(pin_memory=True)`). PJRT copies from any host memory, so pinning for the xla
 device returns the tensor as it is; pinning for another device is torch's.
+
+`torch.load(f, map_location='xla')` would move each loaded storage to the device, and
+XLA tensors have no storage (torch failed with an AttributeError deep in its storage
+code; PyTorch/XLA with "don't know how to restore data location"): a location on the
+xla device is refused with what to do instead.
 """
 
 from __future__ import annotations
@@ -53,6 +58,22 @@ def pin_memory(keyset, self, device=None):
     return _original_pin.call_boxed(keyset, self, device)
 
 
+def _xla_storage_tag(storage) -> None:
+    return None  # storages are never on the xla device: our tensors pickle by value
+
+
+def refuse_xla_location(storage, location: str) -> None:
+    """torch.load's deserializer for storage locations on the xla device."""
+    if not location.startswith("xla"):
+        return None
+    raise RuntimeError(
+        f"torch.load cannot place tensors on the XLA device (map_location={location!r}): "
+        "XLA tensors have no storage to load into. Load onto the CPU "
+        "(map_location='cpu') and move what you need with .to(device), or call "
+        "model.load_state_dict(state_dict) on a model already on the device, which copies "
+        "each tensor there.")
+
+
 def copy_from(src, dst, non_blocking=False):
     """`dst.copy_(src)` when ATen's CPU copy hands a copy involving an engine tensor over."""
     from torch_xla.lazy import functional, graph, special
@@ -74,3 +95,5 @@ def register(library: torch.library.Library) -> None:
     library.impl("copy_", functional_copy_, "Functionalize", with_keyset=True)
     library.impl("_to_copy", functional_to_copy, "Functionalize", with_keyset=True)
     library.impl("_pin_memory", pin_memory, "CPU", with_keyset=True)
+    # ahead of torch's own entry for PrivateUse1 devices (priority 23), which would fail
+    torch.serialization.register_package(19, _xla_storage_tag, refuse_xla_location)
