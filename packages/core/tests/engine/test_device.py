@@ -165,3 +165,13 @@ def test_torch_load_onto_the_device_is_refused_with_what_to_do(device, where):
         torch.load(buffer, map_location=location)
     buffer.seek(0)
     assert torch.equal(torch.load(buffer, map_location="cpu")["w"], torch.arange(3.0))
+
+
+def test_ctc_loss_with_cpu_lengths_under_inference_mode(device):
+    log_probs = torch.randn(6, 2, 5, generator=torch.Generator().manual_seed(0)).log_softmax(2)
+    targets, lengths = torch.tensor([[1, 2, 2], [3, 1, 0]]), (torch.tensor([6, 5]),
+                                                               torch.tensor([3, 2]))
+    with torch.inference_mode():
+        got = torch.nn.functional.ctc_loss(log_probs.to(device), targets.to(device), *lengths)
+    assert_close(got, torch.nn.functional.ctc_loss(log_probs, targets, *lengths))
+

@@ -112,3 +112,20 @@ def test_packing_bad_lengths_is_refused_with_the_reason(device, lengths, message
     x = torch.randn(3, 5, 4).to(device)
     with pytest.raises(RuntimeError, match=message):
         nn.utils.rnn.pack_padded_sequence(x, torch.tensor(lengths), batch_first=True)
+
+
+def test_packed_lstm_under_inference_mode_matches_eager(device):
+    """inference_mode skips the autograd keys: the functionalization-key kernel packs."""
+    torch.manual_seed(0)
+    cpu = nn.LSTM(4, 6, batch_first=True)
+    xla = copy.deepcopy(cpu).to(device)
+    x, lengths = torch.randn(3, 5, 4), torch.tensor([5, 3, 2])
+
+    def run(module, dev):
+        with torch.inference_mode():
+            packed = nn.utils.rnn.pack_padded_sequence(x.to(dev), lengths, batch_first=True)
+            out, (h, c) = module(packed)
+            return nn.utils.rnn.pad_packed_sequence(out, batch_first=True)[0], h, c
+
+    for got, expected in zip(run(xla, device), run(cpu, "cpu"), strict=True):
+        assert_close(got, expected, **TOLERANCE)

@@ -1,7 +1,9 @@
 """ATen ops whose contract keeps some tensors on the host whatever the device of the
-others, taken at their autograd key on the xla device (before functionalization, which
-would wrap a host tensor like any output of an op on an XLA tensor, and before torch's
-composite kernels, which would mix the host tensors into device ops).
+others, taken on the xla device before functionalization (which would wrap a host tensor
+like any output of an op on an XLA tensor) and before torch's composite kernels (which
+would mix the host tensors into device ops): at their autograd key, and at the
+functionalization key for calls that skip autograd (`torch.inference_mode`), where
+other devices keep torch's kernel.
 
 - `_pack_padded_sequence` (`nn.utils.rnn.pack_padded_sequence`) takes the lengths as a
   CPU tensor and returns the step sizes (`batch_sizes`) as a CPU tensor, which `nn.LSTM`
@@ -56,6 +58,21 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
                                                     zero_infinity)
 
 
+def _functionalize_kernel(name: str, impl):
+    """`impl` for XLA tensors at the functionalization key; torch's kernel for others."""
+    original = torch.library.get_kernel(f"aten::{name}", "Functionalize")
+
+    def kernel(keyset, *args, **kwargs):
+        if args[0].device.type != "xla":
+            return original.call_boxed(keyset, *args, **kwargs)
+        return impl(*args, **kwargs)
+
+    return kernel
+
+
 def register(library: torch.library.Library) -> None:
-    library.impl("_pack_padded_sequence", pack_padded_sequence, "AutogradPrivateUse1")
-    library.impl("ctc_loss.Tensor", ctc_loss, "AutogradPrivateUse1")
+    for name, impl in (("_pack_padded_sequence", pack_padded_sequence),
+                       ("ctc_loss.Tensor", ctc_loss)):
+        library.impl(name, impl, "AutogradPrivateUse1")
+        library.impl(name, _functionalize_kernel(name, impl), "Functionalize",
+                     with_keyset=True)

@@ -27,7 +27,7 @@ from torch._ops import OpOverload
 from torch.utils import _pytree as pytree
 
 from torch_xla import _metrics, lowering
-from torch_xla.lazy import fallback, ir, nodes, rewrites, rng, tensor
+from torch_xla.lazy import fallback, functional, ir, nodes, rewrites, rng, tensor
 from torch_xla.lazy.nodes import Lifted
 from torch_xla.lazy.tensor import XLATensor, device_index, device_mismatch_error, new_tensor
 from torch_xla.pjrt import threads
@@ -112,13 +112,13 @@ def choose_rule(func: OpOverload) -> Rule:
         return _recorder(func, entry)
     decomposition = _decompositions().get(func)
     if decomposition is not None:
-        return lambda f, a, k: decomposition(*a, **k)
+        return lambda f, a, k: functional.decomposed(decomposition, a, k)
     if func._schema.name.startswith("aten::_foreach_"):
         looped = rewrites.foreach_as_loop(func)
         if looped is not None:
             return looped
     if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
-        return lambda f, a, k: f.decompose(*a, **k)
+        return lambda f, a, k: functional.decomposed(f.decompose, a, k)
     return fallback.run_cpu
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 
 import torch
+from torch.utils import _pytree as pytree
 
 from torch_xla.lazy.tensor import XLATensor
 
@@ -62,3 +63,30 @@ def unwrap(t: torch.Tensor) -> XLATensor:
             f"expected an XLA tensor, got a functional {inner.type()} on {inner.device}"
         )
     return inner
+
+
+def _to_functional(a):
+    return torch._to_functional_tensor(a) if type(a) is XLATensor else a
+
+
+def _from_functional(a):
+    if isinstance(a, torch.Tensor) and torch._is_functional_tensor(a):
+        return unwrap(a)
+    return a
+
+
+def decomposed(decomposition, args: tuple, kwargs: dict):
+    """`decomposition(*args, **kwargs)` on engine tensors, run under functionalization;
+    its results as engine tensors.
+
+    A decomposition the engine applies (an op's composite kernel, or torch's Python
+    decomposition of it) may write through views (`pad_packed_sequence`, `vander` and
+    `stft` do), and engine tensors, being values, would silently drop such writes. Ops
+    reach the engine undecomposed when autograd is skipped (`torch.inference_mode` sends
+    them through functionalization's fallback). Wrapped again, the decomposition's views
+    and in-place ops are functionalized like the user's own."""
+    fargs = pytree.tree_map(_to_functional, args)
+    fkwargs = pytree.tree_map(_to_functional, kwargs)
+    with torch._C._SetExcludeDispatchKeyGuard(_FUNCTIONALIZE, False):
+        out = decomposition(*fargs, **fkwargs)
+    return pytree.tree_map(_from_functional, out)

@@ -32,6 +32,7 @@ class _Devices(dict):
 
 _DEVICES = _Devices()
 _make_wrapper_subclass = torch.Tensor._make_wrapper_subclass
+_inference_mode_enabled = torch.is_inference_mode_enabled
 _STRIDED = torch.strided
 _weakref = weakref.ref
 
@@ -98,6 +99,14 @@ class XLATensor(torch.Tensor):
 
     @staticmethod
     def __new__(cls, node: ir.Node, index: int = 0):
+        if _inference_mode_enabled():
+            # A tensor made under `torch.inference_mode()` would be an inference tensor,
+            # which has no version counter, and functionalization gives every view of a
+            # tensor its base's: a view of a parameter in inference mode failed with
+            # "Cannot set version_counter for inference tensor". Engine tensors are never
+            # inference tensors, so what the user holds behaves as a no_grad result.
+            with torch.inference_mode(False):
+                return XLATensor.__new__(cls, node, index)
         shape, dtype = node.avals[index]
         # positional (size, strides, storage_offset, memory_format, dtype, layout, device):
         # torch parses them about 0.8 us faster than keywords, on every recorded op
