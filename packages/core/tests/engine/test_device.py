@@ -175,3 +175,29 @@ def test_ctc_loss_with_cpu_lengths_under_inference_mode(device):
         got = torch.nn.functional.ctc_loss(log_probs.to(device), targets.to(device), *lengths)
     assert_close(got, torch.nn.functional.ctc_loss(log_probs, targets, *lengths))
 
+
+FACTORIES = {
+    "tril_indices": lambda d: torch.tril_indices(4, 3, -1, device=d),
+    "triu_indices": lambda d: torch.triu_indices(3, 5, 1, device=d),
+    "kaiser_window": lambda d: torch.kaiser_window(6, device=d),
+    "kaiser_window-beta": lambda d: torch.kaiser_window(6, False, 8.0, device=d),
+    "fftfreq": lambda d: torch.fft.fftfreq(5, device=d),
+    "rfftfreq": lambda d: torch.fft.rfftfreq(6, 0.5, device=d),
+    "hann_window": lambda d: torch.hann_window(5, device=d),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FACTORIES))
+def test_tensorless_factories_on_the_device_match_eager(device, name):
+    """ATen's kernels for some of these fill `empty` through `out=` ops and views (wrong
+    values: fftfreq) or have none for our device (tril_indices, kaiser_window)."""
+    got = FACTORIES[name](device)
+    assert got.device == device
+    assert_close(got, FACTORIES[name]("cpu"))
+
+
+def test_torch_range_on_the_device(device):
+    with pytest.warns(UserWarning, match="torch.range is deprecated"):
+        got = torch.range(0, 3, 0.5, device=device)
+    assert_close(got, torch.arange(0, 3.5, 0.5))
+

@@ -28,6 +28,17 @@ FACTORIES = (
     "randn",
     "randint",
     "randint.low",
+    # ATen's kernels for these fill an `empty` result through `out=` ops, views and
+    # device-specific stubs, which engine tensors cannot take (wrong values, or errors):
+    # they are recorded, or computed on the CPU, instead
+    "tril_indices",
+    "triu_indices",
+    "kaiser_window",
+    "kaiser_window.periodic",
+    "kaiser_window.beta",
+    "fft_fftfreq",
+    "range",
+    "range.step",
 )
 
 
