@@ -201,3 +201,23 @@ def test_torch_range_on_the_device(device):
         got = torch.range(0, 3, 0.5, device=device)
     assert_close(got, torch.arange(0, 3.5, 0.5))
 
+
+RANDOM = {
+    "rand": lambda d, g: torch.rand(3, generator=g, device=d),
+    "randn": lambda d, g: torch.randn(3, generator=g, device=d),
+    "randint": lambda d, g: torch.randint(0, 9, (4,), generator=g, device=d),
+    "randperm": lambda d, g: torch.randperm(6, generator=g, device=d),
+    "uniform_": lambda d, g: torch.empty(4, device=d).uniform_(0, 1, generator=g),
+    "normal_": lambda d, g: torch.empty(4, device=d).normal_(0, 1, generator=g),
+    "bernoulli": lambda d, g: torch.bernoulli(torch.full((6,), 0.5, device=d), generator=g),
+    "multinomial": lambda d, g: torch.multinomial(torch.ones(5, device=d), 3, generator=g),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RANDOM))
+def test_random_ops_given_a_generator_draw_from_it(device, name):
+    """A torch.Generator's numbers, as PyTorch/XLA gives them (drawn on the CPU); without
+    one, the device's own stream."""
+    got = RANDOM[name](device, torch.Generator().manual_seed(3))
+    assert got.device == device
+    assert torch.equal(got.cpu(), RANDOM[name]("cpu", torch.Generator().manual_seed(3)))

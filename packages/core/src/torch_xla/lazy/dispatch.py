@@ -112,7 +112,7 @@ def choose_rule(func: OpOverload) -> Rule:
         return _recorder(func, entry)
     decomposition = _decompositions().get(func)
     if decomposition is not None:
-        return lambda f, a, k: functional.decomposed(decomposition, a, k)
+        return functools.partial(_decompose, decomposition)
     if func._schema.name.startswith("aten::_foreach_"):
         looped = rewrites.foreach_as_loop(func)
         if looped is not None:
@@ -120,6 +120,14 @@ def choose_rule(func: OpOverload) -> Rule:
     if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
         return lambda f, a, k: functional.decomposed(f.decompose, a, k)
     return fallback.run_cpu
+
+
+def _decompose(decomposition: Callable, func: OpOverload, args: tuple, kwargs: dict) -> Any:
+    """`func` through torch's decomposition of it; given a `torch.Generator`, on the CPU
+    (torch's decompositions refuse one, and it is a CPU generator: see `_recorder`)."""
+    if kwargs.get("generator") is not None:
+        return fallback.run_cpu(func, args, kwargs)
+    return functional.decomposed(decomposition, args, kwargs)
 
 
 # The dispatch keys whose kernels a user-defined op runs on XLA tensors: PyTorch/XLA's
@@ -183,7 +191,19 @@ _FLOAT_MARKERS = {_NEG_ZERO: -0.0, _NAN: math.nan}
 def _recorder(func: OpOverload, entry: lowering.Lowering) -> Rule:
     """The rule recording `func`, with its lifted scalars (if any) and its shape cache (a
     partial: no Python frame of its own)."""
-    return functools.partial(_record, nodes.lift_plan(func), entry, _shapes_of(func))
+    record_it = functools.partial(_record, nodes.lift_plan(func), entry, _shapes_of(func))
+    if not entry.needs_rng:
+        return record_it
+
+    def random_op(func: OpOverload, args: tuple, kwargs: dict) -> Any:
+        """A random op given a `torch.Generator` (a CPU one: no other exists for this
+        device) draws from it on the CPU, as PyTorch/XLA does, so the numbers are the
+        generator's; the device's own stream draws the others."""
+        if kwargs.get("generator") is not None:
+            return fallback.run_cpu(func, args, kwargs)
+        return record_it(func, args, kwargs)
+
+    return random_op
 
 
 def _shapes_of(func: OpOverload) -> dict:
