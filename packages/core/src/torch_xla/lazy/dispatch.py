@@ -96,6 +96,23 @@ def _rule_entry(func: OpOverload) -> tuple[Rule, _metrics.Counter | None]:
 
 
 def choose_rule(func: OpOverload) -> Rule:
+    rule = _rule_for(func)
+    if rule is not fallback.run_cpu and any(a.name == "generator"
+                                            for a in func._schema.arguments):
+        return functools.partial(_generator_on_cpu, rule)
+    return rule
+
+
+def _generator_on_cpu(rule: Rule, func: OpOverload, args: tuple, kwargs: dict) -> Any:
+    """A random op given a `torch.Generator` (a CPU one: no other exists for this device)
+    draws from it on the CPU, as PyTorch/XLA does, so the numbers are the generator's
+    (torch's decompositions refuse one); without one, `rule` (the device's own stream)."""
+    if kwargs.get("generator") is not None:
+        return fallback.run_cpu(func, args, kwargs)
+    return rule(func, args, kwargs)
+
+
+def _rule_for(func: OpOverload) -> Rule:
     own = SPECIAL.get(func)
     if own is not None:
         return own
@@ -112,7 +129,7 @@ def choose_rule(func: OpOverload) -> Rule:
         return _recorder(func, entry)
     decomposition = _decompositions().get(func)
     if decomposition is not None:
-        return functools.partial(_decompose, decomposition)
+        return lambda f, a, k: functional.decomposed(decomposition, a, k)
     if func._schema.name.startswith("aten::_foreach_"):
         looped = rewrites.foreach_as_loop(func)
         if looped is not None:
@@ -120,14 +137,6 @@ def choose_rule(func: OpOverload) -> Rule:
     if torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), "CompositeImplicitAutograd"):
         return lambda f, a, k: functional.decomposed(f.decompose, a, k)
     return fallback.run_cpu
-
-
-def _decompose(decomposition: Callable, func: OpOverload, args: tuple, kwargs: dict) -> Any:
-    """`func` through torch's decomposition of it; given a `torch.Generator`, on the CPU
-    (torch's decompositions refuse one, and it is a CPU generator: see `_recorder`)."""
-    if kwargs.get("generator") is not None:
-        return fallback.run_cpu(func, args, kwargs)
-    return functional.decomposed(decomposition, args, kwargs)
 
 
 # The dispatch keys whose kernels a user-defined op runs on XLA tensors: PyTorch/XLA's
@@ -191,19 +200,13 @@ _FLOAT_MARKERS = {_NEG_ZERO: -0.0, _NAN: math.nan}
 def _recorder(func: OpOverload, entry: lowering.Lowering) -> Rule:
     """The rule recording `func`, with its lifted scalars (if any) and its shape cache (a
     partial: no Python frame of its own)."""
-    record_it = functools.partial(_record, nodes.lift_plan(func), entry, _shapes_of(func))
-    if not entry.needs_rng:
-        return record_it
+    return functools.partial(_record, nodes.lift_plan(func), entry, _shapes_of(func))
 
-    def random_op(func: OpOverload, args: tuple, kwargs: dict) -> Any:
-        """A random op given a `torch.Generator` (a CPU one: no other exists for this
-        device) draws from it on the CPU, as PyTorch/XLA does, so the numbers are the
-        generator's; the device's own stream draws the others."""
-        if kwargs.get("generator") is not None:
-            return fallback.run_cpu(func, args, kwargs)
-        return record_it(func, args, kwargs)
 
-    return random_op
+def recorder(func: OpOverload) -> Rule:
+    """The rule recording `func` with its lowering, for an engine rule that adjusts the
+    arguments first (`special.py`)."""
+    return _recorder(func, lowering.lookup(func))
 
 
 def _shapes_of(func: OpOverload) -> dict:

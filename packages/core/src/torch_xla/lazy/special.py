@@ -93,19 +93,18 @@ def _nll_loss(func, args, kwargs):
     return dispatch.record(func, lowering.lookup(func), args, kwargs)
 
 
-_INDEX_OPS = (aten.index.Tensor, aten._unsafe_index.Tensor, aten.index_put.default,
-              aten._unsafe_index_put.default, aten._index_put_impl.default)
-
-
-@special(*_INDEX_OPS)
-def _index(func, args, kwargs):
-    """Index tensors on the CPU, which torch allows for indexing on any device
-    (`x[torch.randperm(n)]`, `x[cpu_mask] = 0`): copied to the indexed tensor's device,
-    a boolean mask as the positions of its True elements, found on the host (so the
-    result's shape is known without running the graph)."""
-    t, indices = args[0], args[1]
-    if any(i is not None and type(i) is not XLATensor and not torch._is_functional_tensor(i)
-           and i.device.type == "cpu" for i in indices):
+def _index_rule(record: dispatch.Rule) -> dispatch.Rule:
+    def index(func, args, kwargs):
+        """Index tensors on the CPU, which torch allows for indexing on any device
+        (`x[torch.randperm(n)]`, `x[cpu_mask] = 0`): copied to the indexed tensor's
+        device, a boolean mask as the positions of its True elements, found on the host
+        (so the result's shape is known without running the graph)."""
+        t, indices = args[0], args[1]
+        for i in indices:  # a loop, not all(): no generator object on every index op
+            if i is not None and type(i) is not XLATensor:
+                break
+        else:
+            return record(func, args, kwargs)
         device = t._node.device
         moved: list = []
         for i in indices:
@@ -115,8 +114,14 @@ def _index(func, args, kwargs):
                 moved += [nodes.from_host(p, device) for p in i.bool().nonzero(as_tuple=True)]
             else:
                 moved.append(nodes.from_host(i, device))
-        args = (t, moved, *args[2:])
-    return dispatch.record_lowered(func, args, kwargs)
+        return record(func, (t, moved, *args[2:]), kwargs)
+
+    return index
+
+
+for _op in (aten.index.Tensor, aten._unsafe_index.Tensor, aten.index_put.default,
+            aten._unsafe_index_put.default, aten._index_put_impl.default):
+    special(_op)(_index_rule(dispatch.recorder(_op)))
 
 
 @special(aten.equal.default)
