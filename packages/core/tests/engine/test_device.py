@@ -221,3 +221,21 @@ def test_random_ops_given_a_generator_draw_from_it(device, name):
     got = RANDOM[name](device, torch.Generator().manual_seed(3))
     assert got.device == device
     assert torch.equal(got.cpu(), RANDOM[name]("cpu", torch.Generator().manual_seed(3)))
+
+
+@pytest.mark.parametrize("make", ["move", "to_sparse", "to_sparse_csr", "constructor"])
+def test_sparse_tensors_are_refused_with_what_to_do(device, make):
+    """XLA tensors are dense, as in PyTorch/XLA; each way to make a sparse one says so
+    (it used to fail in numpy: "can't convert Sparse layout tensor")."""
+    dense = torch.tensor([[0.0, 2.0], [3.0, 0.0]])
+    attempts = {
+        "move": lambda: dense.to_sparse().to(device),
+        "to_sparse": lambda: dense.to(device).to_sparse(),
+        "to_sparse_csr": lambda: dense.to(device).to_sparse_csr(),
+        "constructor": lambda: torch.sparse_coo_tensor(
+            torch.tensor([[0, 1], [1, 0]]).to(device), torch.tensor([2.0, 3.0]).to(device),
+            (2, 2)),
+    }
+    with pytest.raises(NotImplementedError, match=r"XLA tensors are dense.*\.to_dense\(\)"):
+        attempts[make]()
+    assert torch.equal(dense.to_sparse().to_dense().to(device).cpu(), dense)

@@ -27,6 +27,11 @@ for _name in ("float8_e4m3fn", "float8_e5m2"):
 
 
 def to_numpy(t: torch.Tensor) -> np.ndarray:
+    if t.layout != torch.strided:
+        raise NotImplementedError(
+            f"XLA tensors are dense: a {t.layout} tensor of shape {tuple(t.shape)} cannot be "
+            "placed on the XLA device (PyTorch/XLA has no sparse tensors either). Call "
+            "`.to_dense()` first; for nn.Embedding and nn.EmbeddingBag pass sparse=False.")
     t = t.detach().resolve_conj().resolve_neg()
     view = _BIT_VIEWS.get(t.dtype)
     if view is not None:
