@@ -101,3 +101,100 @@ def test_cross_entropy_takes_float_class_targets_as_pytorch_xla_does(device):
     loss.backward()
     torch.testing.assert_close(loss.cpu(), expected.detach())
     torch.testing.assert_close(xla_logits.grad.cpu(), logits.grad)
+
+
+FAILING_BACKWARD = """
+    import json, torch
+    import torch_xla
+    from torch.utils.checkpoint import checkpoint
+    from torch_xla.lazy import tensor
+
+    device = torch_xla.device()
+    dispatch = tensor._dispatcher
+    failing = {}  # op -> the exception it raises when dispatched
+
+    def faulty(func, args, kwargs):
+        if func in failing:
+            raise failing[func]
+        return dispatch(func, args, kwargs)
+
+    tensor.set_dispatcher(faulty)
+    aten = torch.ops.aten
+    w = torch.randn(4, 3).to(device).requires_grad_()
+    x = torch.randn(2, 4).to(device)
+    seen = {}
+
+    def attempt(name, op, error, backward):
+        failing.clear()
+        if op is not None:
+            failing[op] = error
+        try:
+            backward()
+            seen[name] = "no error"
+        except BaseException as caught:
+            seen[name] = [type(caught).__name__, str(caught), caught is error]
+        failing.clear()
+
+    loss = lambda: torch.relu(x @ w).sum()
+    attempt("relu backward", aten.threshold_backward.default, ValueError("bad relu"),
+            lambda: loss().backward())
+    attempt("matmul backward", aten.mm.default, RuntimeError("bad mm"),
+            lambda: loss().backward())
+    attempt("autograd.grad", aten.threshold_backward.default, TypeError("bad grad"),
+            lambda: torch.autograd.grad(loss(), w))
+    attempt("checkpoint", aten.threshold_backward.default, ValueError("bad recompute"),
+            lambda: checkpoint(lambda v: torch.relu(v @ w), x.clone().requires_grad_(),
+                               use_reentrant=True).sum().backward())
+    attempt("interrupt", aten.threshold_backward.default, KeyboardInterrupt(),
+            lambda: loss().backward())
+    def hooked(kind, error):
+        def hook(*_):
+            raise error
+        v = w.detach().clone().requires_grad_()
+        if kind == "tensor":
+            out = x @ v
+            out.register_hook(hook)
+        elif kind == "accumulated":
+            v.register_post_accumulate_grad_hook(hook)
+            out = x @ v
+        else:
+            layer = torch.nn.Linear(4, 3).to(device)
+            layer.register_full_backward_hook(hook)
+            out = layer(x)
+        return lambda: out.sum().backward()
+
+    for kind in ("tensor", "accumulated", "module"):
+        error = ZeroDivisionError(kind)
+        attempt(kind + " hook", None, error, hooked(kind, error))
+    try:
+        torch.nn.Embedding(5, 3, sparse=True).to(device)(
+            torch.tensor([0, 3]).to(device)).sum().backward()
+    except NotImplementedError as caught:
+        seen["sparse embedding"] = str(caught)
+    w.grad = None
+    loss().backward()  # the process goes on training
+    seen["grad after"] = w.grad.cpu().tolist()
+    on_cpu = w.detach().cpu().requires_grad_()
+    torch.relu(x.cpu() @ on_cpu).sum().backward()
+    seen["grad expected"] = on_cpu.grad.tolist()
+    print(json.dumps(seen))
+"""
+
+
+def test_an_error_in_a_backward_pass_raises_itself():
+    """An XLA op or a hook raising in a backward pass aborted the process ("terminate
+    called without an active exception"): torch's engine called our Python device guard
+    with the error pending. The exception itself now reaches the caller, and training
+    goes on."""
+    seen = json.loads(run_python(FAILING_BACKWARD).strip().splitlines()[-1])
+    assert seen["relu backward"] == ["ValueError", "bad relu", True]
+    assert seen["matmul backward"] == ["RuntimeError", "bad mm", True]
+    assert seen["autograd.grad"] == ["TypeError", "bad grad", True]
+    assert seen["checkpoint"][:2] == ["ValueError", "bad recompute"]
+    assert seen["interrupt"] == ["KeyboardInterrupt", "", True]
+    for kind in ("tensor", "accumulated", "module"):
+        assert seen[kind + " hook"] == ["ZeroDivisionError", kind, True]
+    assert "XLA tensors are dense" in seen["sparse embedding"]
+    assert "sparse=False" in seen["sparse embedding"]
+    torch.testing.assert_close(torch.tensor(seen["grad after"]),
+                               torch.tensor(seen["grad expected"]))

@@ -33,6 +33,7 @@ _PRIVATE_USE1 = torch._C._autograd.DeviceType.PrivateUse1
 
 class _Guard(torch._C._acc.DeviceGuard):
     def type_(self):  # called from C++ twice per op that autograd records: kept cheap
+        autograd.take_pending_error()  # C++ may call it while an error unwinds
         return _PRIVATE_USE1
 
 
