@@ -56,6 +56,35 @@ def test_float64_is_really_64_bit(device):
     assert (x.to(device) - 1).item() == pytest.approx(1e-12, rel=1e-3)
 
 
+DEFAULT_DTYPE_OPS = {
+    "ones": lambda d: torch.ones(2, device=d),
+    "full": lambda d: torch.full((2,), 1.5, device=d),
+    "arange": lambda d: torch.arange(0.0, 2.0, device=d),
+    "linspace": lambda d: torch.linspace(0, 1, 3, device=d),
+    "scalar_tensor": lambda d: torch.scalar_tensor(2, device=d),
+    "rand": lambda d: torch.rand(2, device=d),
+    "integer true division": lambda d: torch.tensor([3, 4], device=d) / 2,
+    "integer sqrt": lambda d: torch.tensor([3, 4], device=d).sqrt(),
+}
+
+
+@pytest.mark.parametrize("name", DEFAULT_DTYPE_OPS)
+def test_ops_follow_the_default_dtype_when_it_changes(device, name):
+    """An op recorded once under float32 gave float32 after `torch.set_default_dtype`
+    (the shape cache did not key on the default dtype)."""
+    op = DEFAULT_DTYPE_OPS[name]
+    previous = torch.get_default_dtype()
+    try:
+        for default in (torch.float32, torch.float64, torch.float16, torch.float32):
+            torch.set_default_dtype(default)
+            got, expected = op(device), op("cpu")
+            assert got.dtype == expected.dtype == default
+            if name != "rand":
+                assert_close(got.cpu(), expected)
+    finally:
+        torch.set_default_dtype(previous)
+
+
 def test_cast_matches_eager(device):
     x = torch.tensor([1.7, -2.5, 300.0, 0.0])
     for dtype in (torch.int32, torch.int16, torch.bfloat16, torch.float64, torch.bool):

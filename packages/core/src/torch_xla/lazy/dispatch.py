@@ -186,7 +186,8 @@ def _mutates(func: OpOverload) -> bool:
 #
 # The hot path. Per op it walks the arguments once, collecting the tensors and a
 # *signature* in which each tensor is the marker `_TENSOR`; the signature, the inputs'
-# avals and the scalars' types key the op's shape cache. A hit gives everything the
+# avals, the scalars' types and torch's default dtype (what `dtype=None` factories and
+# integer-to-float promotions give) key the op's shape cache. A hit gives everything the
 # node needs (the template with slots, output avals and container, structural hash),
 # so meta tensors, slot templates and hashes are made once per key, not per op.
 
@@ -195,6 +196,7 @@ _TENSOR = object()  # a tensor argument in a signature (slot `i` for the i-th te
 # otherwise, and NaN != NaN would miss the cache (and grow it) on every op.
 _NEG_ZERO, _NAN = object(), object()
 _FLOAT_MARKERS = {_NEG_ZERO: -0.0, _NAN: math.nan}
+_default_dtype = torch.get_default_dtype
 
 
 def _recorder(func: OpOverload, entry: lowering.Lowering) -> Rule:
@@ -363,7 +365,7 @@ def _record(lift: tuple, entry: lowering.Lowering, cache: dict, func: OpOverload
     else:
         kw_signature, device = (), None
     values, avals, device = _inputs(tensors, device)
-    key = (signature, kw_signature, avals, tuple(types))
+    key = (signature, kw_signature, avals, tuple(types), _default_dtype())
     shapes = cache.get(key)
     if shapes is None:
         shapes = cache[key] = _infer(func, args, kwargs, key)
