@@ -211,7 +211,18 @@ RANDOM = {
     "normal_": lambda d, g: torch.empty(4, device=d).normal_(0, 1, generator=g),
     "bernoulli": lambda d, g: torch.bernoulli(torch.full((6,), 0.5, device=d), generator=g),
     "multinomial": lambda d, g: torch.multinomial(torch.ones(5, device=d), 3, generator=g),
+    # torch's functionalization checked these on meta kernels that refuse any generator
+    "exponential_": lambda d, g: torch.empty(4, device=d).exponential_(2.0, generator=g),
+    "geometric_": lambda d, g: torch.empty(4, device=d).geometric_(0.3, generator=g),
+    "cauchy_": lambda d, g: torch.empty(4, device=d).cauchy_(1.0, 2.0, generator=g),
+    "log_normal_": lambda d, g: torch.empty(4, device=d).log_normal_(0.5, 0.2, generator=g),
+    "exponential_ of a view": lambda d, g: _drawn_into_view(torch.zeros(2, 3, device=d), g),
 }
+
+
+def _drawn_into_view(base, generator):
+    base[:, 1].exponential_(generator=generator)
+    return base
 
 
 @pytest.mark.parametrize("name", sorted(RANDOM))

@@ -14,6 +14,12 @@ other devices keep torch's kernel.
 - `ctc_loss` with length tensors: on the CPU, as CUDA code passes them, they become the
   integer lists of its `IntList` form (what torch does for plain tensors); on the
   device, torch's composite kernel as before.
+- `exponential_`, `geometric_`, `cauchy_` and `log_normal_` given a `torch.Generator`
+  (host state): torch's functionalization kernel first checks the call on meta tensors,
+  whose kernels for these ops (`torch._refs`) refuse any generator ("generator is not
+  supported in refs"). Ours runs the functional op on the unwrapped tensor, which the
+  engine draws on the CPU from the generator, as it does every random op given one (as
+  PyTorch/XLA does), and writes the result back.
 """
 
 from __future__ import annotations
@@ -58,6 +64,25 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
                                                     zero_infinity)
 
 
+def _drawn_in_place(functional):
+    """The in-place random op whose functional form is `functional`, on a user tensor."""
+
+    def impl(self, *args, **kwargs):
+        torch._sync(self)
+        with torch._C._ExcludeDispatchKeyGuard(
+                torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)):
+            drawn = functional(torch._from_functional_tensor(self), *args, **kwargs)
+        torch._functionalize_replace(self, drawn)
+        torch._functionalize_commit_update(self)
+        torch._functionalize_sync(self)
+        return self
+
+    return impl
+
+
+_RANDOM_IN_PLACE = ("exponential", "geometric", "cauchy", "log_normal")
+
+
 def _functionalize_kernel(name: str, impl):
     """`impl` for XLA tensors at the functionalization key; torch's kernel for others."""
     original = torch.library.get_kernel(f"aten::{name}", "Functionalize")
@@ -75,4 +100,8 @@ def register(library: torch.library.Library) -> None:
                        ("ctc_loss.Tensor", ctc_loss)):
         library.impl(name, impl, "AutogradPrivateUse1")
         library.impl(name, _functionalize_kernel(name, impl), "Functionalize",
+                     with_keyset=True)
+    for name in _RANDOM_IN_PLACE:
+        impl = _drawn_in_place(getattr(torch.ops.aten, name).default)
+        library.impl(f"{name}_", _functionalize_kernel(f"{name}_", impl), "Functionalize",
                      with_keyset=True)
