@@ -56,3 +56,34 @@ def test_many_input_shapes_keep_only_the_newest_programs():
     assert int(lines["size"].split()[-1]) >= 22  # 30 graphs (or more) into 8 places
     assert lines["recent"] == "0"
     assert lines["old"] == "1"
+
+
+def test_the_older_half_goes_when_the_process_runs_short_of_memory_mappings(metrics):
+    """XLA:CPU maps each kept program's code in pieces; past half of Linux's cap on a
+    process's mappings, every later compilation failed ("LLVM compilation error: Cannot
+    allocate memory"). Every 16 programs stored, the cache looks, and drops its older half
+    when the process is crowded."""
+    crowded = [False]
+    cache = compiler.ProgramCache(100, crowded=lambda: crowded[0])
+    for i in range(32):
+        cache.put(i, str(i))
+    assert len(cache) == 32
+    for i in range(32, 47):
+        cache.put(i, str(i))
+    crowded[0] = True
+    cache.put(47, "47")  # the 48th program stored: a check, and the process is crowded
+    assert len(cache) == 24
+    assert cache.get(23) is None and cache.get(24) == "24" and cache.get(47) == "47"
+    assert metrics.counter_value("CompilationCacheMappingEvictions") == 1
+    assert metrics.counter_value("CompilationCacheEvictions") == 24
+
+
+def test_the_mapping_count_reads_this_process():
+    """On Linux the check reads the real counts; a cap no process reaches is never crowded."""
+    limit = compiler._mapping_limit()
+    if limit is None:
+        assert not compiler.mappings_crowded(None)
+        return
+    assert limit > 0
+    assert not compiler.mappings_crowded(10**9)
+    assert compiler.mappings_crowded(1)

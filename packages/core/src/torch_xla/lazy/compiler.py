@@ -55,13 +55,44 @@ class Program:
             return self.compiled(*arrays)
 
 
-class ProgramCache:
-    """Compiled programs by graph key; the least recently used one goes when it is full."""
+# XLA:CPU maps the code of each compiled program into the process in pieces (tens to
+# hundreds of mappings for a training step), and Linux caps a process's mappings
+# (vm.max_map_count, 65530 by default). Kept programs reach the cap within a few
+# hundred compilations (an LBFGS step compiles about 90 new graphs while its history
+# grows), and then every compilation failed with "LLVM compilation error: Cannot
+# allocate memory". So every `_MAPPINGS_CHECKED_EVERY` programs stored, the cache counts
+# the process's mappings; past `_MAPPINGS_SHARE` of the cap it drops its older half.
+_MAPPINGS_CHECKED_EVERY = 16
+_MAPPINGS_SHARE = 0.5
 
-    def __init__(self, capacity: int) -> None:
+
+def _mapping_limit() -> int | None:
+    try:
+        with open("/proc/sys/vm/max_map_count", "rb") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return None  # not Linux: no such cap to watch
+
+
+def mappings_crowded(limit: int | None = _mapping_limit()) -> bool:
+    """Whether this process holds more than `_MAPPINGS_SHARE` of its memory mappings.
+    Reading the map list costs about 1.5 ms per thousand mappings."""
+    if limit is None:
+        return False
+    with open("/proc/self/maps", "rb") as f:
+        return f.read().count(b"\n") > _MAPPINGS_SHARE * limit
+
+
+class ProgramCache:
+    """Compiled programs by graph key; the least recently used one goes when it is full,
+    and the older half when the process runs short of memory mappings."""
+
+    def __init__(self, capacity: int, crowded: Callable[[], bool] = mappings_crowded) -> None:
         self.capacity = capacity
         self._programs: OrderedDict[tuple, Program] = OrderedDict()
         self._lock = threading.Lock()  # threads driving several devices share the cache
+        self._crowded = crowded
+        self._stored = 0
 
     def get(self, key: tuple) -> Program | None:
         with self._lock:
@@ -73,7 +104,12 @@ class ProgramCache:
     def put(self, key: tuple, program: Program) -> None:
         with self._lock:
             self._programs[key] = program
-            while len(self._programs) > self.capacity:
+            keep = self.capacity
+            self._stored += 1
+            if self._stored % _MAPPINGS_CHECKED_EVERY == 0 and self._crowded():
+                keep = min(keep, max(1, len(self._programs) // 2))
+                _metrics.counter("CompilationCacheMappingEvictions").inc()
+            while len(self._programs) > keep:
                 self._programs.popitem(last=False)
                 _metrics.counter("CompilationCacheEvictions").inc()
 
