@@ -25,6 +25,7 @@ on a new value at the next sync or sharding query (`keep_annotations`).
 from __future__ import annotations
 
 import functools
+import importlib
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -32,7 +33,6 @@ from typing import Any
 import jax
 import numpy as np
 import torch
-from jax.experimental.shard_alike import shard_alike
 from torch._subclasses.functional_tensor import FunctionalTensor
 
 from torch_xla.lazy import ir, nodes, transfer
@@ -51,6 +51,20 @@ SPMD_REDUCE_SCATTER_OP = "xla::spmd_reduce_scatter"
 MANUAL_OPS = frozenset({FULL_TO_SHARD_OP, MANUAL_OP, SHARD_TO_FULL_OP, SPMD_ALL_REDUCE_OP,
                         SPMD_REDUCE_SCATTER_OP})
 SHARD_ALIKE_OP = "xla::shard_alike"
+
+
+def _jax_shard_alike() -> Callable | None:
+    """jax's `shard_alike`: `jax.experimental.shard_alike` up to jax 0.10; jax 0.11 has no
+    such module, so its other homes are tried before giving up (None)."""
+    for module in ("jax.experimental.shard_alike", "jax.sharding", "jax._src.shard_alike"):
+        try:
+            return importlib.import_module(module).shard_alike
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+_shard_alike = _jax_shard_alike()
 
 
 class NotSpmdError(RuntimeError):
@@ -161,7 +175,11 @@ def shard_like(a: XLATensor, b: XLATensor) -> list[XLATensor]:
     if tuple(a.shape) != tuple(b.shape):
         raise ValueError(f"xs.shard_as: tensors of shapes {tuple(a.shape)} and "
                          f"{tuple(b.shape)} cannot be laid out alike; give tensors of one shape.")
-    return nodes.custom(shard_alike, SHARD_ALIKE_OP, [a, b], {},
+    if _shard_alike is None:
+        raise NotImplementedError(
+            f"xs.shard_as needs jax's shard_alike, which jax {jax.__version__} does not "
+            "provide; install the jax release torch-xla-core is tested on (0.10.2).")
+    return nodes.custom(_shard_alike, SHARD_ALIKE_OP, [a, b], {},
                         [a._node.avals[a._index], b._node.avals[b._index]])
 
 
