@@ -121,8 +121,15 @@ def conformance(session: nox.Session, plugin: str) -> None:
     env = {"PJRT_DEVICE": plugin}
     if plugin == "cpu":  # two CPU devices, so the kit's collectives run across processes
         env["CPU_NUM_DEVICES"] = "2"
+    args = ["--pyargs", "torch_xla.testing.conformance"]
+    if plugin == "template":
+        # The template's stand-in library (lammps-jax-pjrt-cpu, XLA's CPU PJRT plugin
+        # built on its own) carries no LAPACK custom calls, so linear algebra cannot
+        # compile on it ("No FFI handler registered for lapack_sgetrf_ffi"); a vendor's
+        # library must pass test_linalg.py (packages/plugin-template/README.md).
+        args += ["-k", "not test_linalg_matches_eager"]
     # One process: a real device is opened by one process at a time.
-    pytest(session, "--pyargs", "torch_xla.testing.conformance", env=env, parallel=False)
+    pytest(session, *args, env=env, parallel=False)
 
 
 @nox.session(python=PYTHONS, tags=["tests"])

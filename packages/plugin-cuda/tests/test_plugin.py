@@ -30,7 +30,14 @@ def test_entry_point_is_declared():
     (entry,) = importlib_metadata.entry_points(group="torch_xla.plugins", name="cuda")
     assert entry.value == "torch_xla_cuda:CudaPlugin"
     assert entry.dist.name == "torch-xla-cuda" and entry.dist.version == __version__
-    assert set(entry.dist.metadata.get_all("Provides-Extra")) == {"cuda12", "cuda13"}
+    extras = {"cuda12", "cuda13", "cuda12-local", "cuda13-local"}
+    assert set(entry.dist.metadata.get_all("Provides-Extra")) == extras
+    # What `jax[cuda1x]` installs: jax's custom calls and NVIDIA's libraries with the
+    # PJRT library (jax-cuda1x-plugin requires jax-cuda1x-pjrt); `-local` without NVIDIA's.
+    requires = {r.replace(" ", "").replace("'", '"') for r in entry.dist.requires or []}
+    for cuda in ("12", "13"):
+        assert f'jax-cuda{cuda}-plugin[with-cuda];extra=="cuda{cuda}"' in requires, requires
+        assert f'jax-cuda{cuda}-plugin;extra=="cuda{cuda}-local"' in requires, requires
 
 
 def test_registry_loaded_it():

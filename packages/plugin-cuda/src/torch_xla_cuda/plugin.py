@@ -45,6 +45,9 @@ class CudaPlugin(DevicePlugin):
         self.local_rank, self.local_world_size = local_rank, local_world_size
         library.keep_jax_from_registering_it()
 
+    def register_library(self, platform: str, library_path: str, options: dict[str, Any]) -> None:
+        library.register(platform, library_path, options)  # through jax's own set-up
+
     def client_create_options(self) -> dict[str, Any]:
         """Options of the CUDA PJRT client (names as XLA's pjrt_c_api_gpu_internal.cc)."""
         options: dict[str, Any] = {

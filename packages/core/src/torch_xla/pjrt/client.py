@@ -312,11 +312,7 @@ def _configure_platform(name: str, plugin: DevicePlugin) -> str:
                 f"The {name} plugin ({plugin!r}) names the PJRT library {library!r}, "
                 "which does not exist. Reinstall the plugin package or fix the path it reads."
             )
-        from jax._src import xla_bridge
-
-        xla_bridge.register_plugin(
-            platform, library_path=library, options=plugin.client_create_options()
-        )
+        plugin.register_library(platform, library, plugin.client_create_options())
     else:
         platform = plugin.jax_platform()
         if platform is None:

@@ -82,6 +82,20 @@ class DevicePlugin(abc.ABC):
         """Options passed to the PJRT client at creation (`PJRT_Client_Create`)."""
         return {}
 
+    def register_library(self, platform: str, library_path: str, options: dict[str, Any]) -> None:
+        """Register `library_path` with jax as `platform`, the client to be created with
+        `options` (those of `client_create_options()`).
+
+        The default is jax's plain `register_plugin`. A plugin overrides it where the
+        vendor's jax package does more around that call that compiled programs need, such
+        as loading the vendor's runtime libraries or registering custom-call handlers with
+        the library's C API (jax's CUDA package does both); it must still register
+        exactly once, under `platform`, with these options.
+        """
+        from jax._src import xla_bridge  # jax loads only when a client is being created
+
+        xla_bridge.register_plugin(platform, library_path=library_path, options=options)
+
     def requires_xla_coordinator(self) -> bool:
         """Whether several processes must join the distributed coordination service."""
         return False
