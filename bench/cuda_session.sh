@@ -5,7 +5,12 @@
 #
 #   python -m build --wheel --no-isolation -o .whl packages/core
 #   python -m build --wheel --no-isolation -o .whl packages/plugin-cuda
-#   OUT=/some/folder bash bench/cuda_session.sh     # BENCH_ONLY=1: skip the kit
+#   python -m build --wheel --no-isolation -o .whl packages/plugin-cpu  # engine tests' subprocesses
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 -d .whl \
+#       importlib_metadata==8.7.0 expecttest     # 10.x needs lazy_importer, absent there
+#   OUT=/some/folder bash bench/cuda_session.sh     # BENCH_ONLY=1: only the benchmarks
+#                                                   # KIT_ONLY=1: only the kit and the
+#                                                   # engine's linalg and conv tests
 #
 # Every stage runs under its own time limit and the script goes on after a failed stage,
 # so one run reports all it can; logs and JSON figures land in $OUT.
@@ -47,6 +52,27 @@ if have < floor:
     import shutil
     shutil.copy("bench/older_torch_shim.py", "/tmp/site/sitecustomize.py")
 PY
+
+if [ -z "${KIT_ONLY:-}" ]; then
+stage "torch_xla modules that do not import with this image's torch and jax"
+timeout 120 python3 - <<'PY'
+import importlib, os, pkgutil, subprocess
+import jax, torch_xla
+failed = []
+for info in pkgutil.walk_packages(torch_xla.__path__, "torch_xla."):
+    if info.name.endswith("__main__"):  # runs the command line
+        continue
+    try:
+        importlib.import_module(info.name)
+    except Exception as e:  # noqa: BLE001 - a report of everything that fails
+        failed.append(info.name)
+        print(f"  {info.name}: {type(e).__name__}: {e}")
+print(f"{len(failed)} modules failed to import")
+src = os.path.dirname(jax.__file__)
+print(subprocess.run(["grep", "-rln", "def shard_alike", src], capture_output=True,
+                     text=True).stdout)
+PY
+fi
 export PJRT_DEVICE=CUDA
 # Eager CUDA PyTorch and the XLA client share the GPU in the benchmarks: no preallocation.
 export PJRT_ALLOCATOR_PREALLOCATE=false XLA_PYTHON_CLIENT_PREALLOCATE=false
@@ -59,12 +85,35 @@ stage "conformance kit on the GPU"
 timeout 240 python3 -m pytest -q -p no:cacheprovider -rs --junitxml="$OUT/conformance.xml" \
     --pyargs torch_xla.testing.conformance
 
-stage "host cost of one recorded op"
-timeout 120 python3 bench/record_per_op.py
+if [ -n "${KIT_ONLY:-}" ]; then
+    stage "engine: linear algebra and convolutions with PJRT_DEVICE=CUDA"
+    (cd packages/core && timeout -s INT 120 python3 -m pytest -q -p no:cacheprovider -rfE \
+        --tb=short tests/engine/test_opinfo.py -k "linalg or conv")
+    stage "done"
+    exit 0
+fi
+
+stage "the main job (examples/train_digits.py) on the GPU"
+timeout 150 python3 examples/train_digits.py --checkpoint /tmp/digits_cnn.pt
 fi
 
 for bench in mnist_cnn small_gpt; do
     stage "bench/$bench.py: eager CUDA, lazy, dynamo, JAX floor on the GPU"
     timeout 240 python3 "bench/$bench.py" --eager-device cuda --json "$OUT/$bench-cuda.json"
 done
+
+if [ -z "${BENCH_ONLY:-}" ]; then
+stage "host cost of one recorded op"
+timeout 90 python3 bench/record_per_op.py
+
+# The engine's numerics tests (each op and training run against eager torch on the host's
+# CPU) with the GPU as the xla device. Interrupted, not killed, at the limit: pytest then
+# still prints its summary of failures.
+stage "engine numerics tests with PJRT_DEVICE=CUDA"
+(cd packages/core && timeout -s INT "${ENGINE_LIMIT:-170}" python3 -m pytest -q \
+    -p no:cacheprovider -n 6 -rfE --tb=short --junitxml="$OUT/engine.xml" \
+    tests/engine/test_device.py tests/engine/test_opinfo.py tests/engine/test_training.py \
+    tests/engine/test_dtypes.py tests/engine/test_views.py tests/engine/test_rnn.py \
+    tests/engine/test_device_autograd.py)
+fi
 stage "done"
