@@ -17,14 +17,16 @@ other devices keep torch's kernel.
 - `exponential_`, `geometric_`, `cauchy_` and `log_normal_` given a `torch.Generator`
   (host state): torch's functionalization kernel first checks the call on meta tensors,
   whose kernels for these ops (`torch._refs`) refuse any generator ("generator is not
-  supported in refs"). Ours runs the functional op on the unwrapped tensor, which the
-  engine draws on the CPU from the generator, as it does every random op given one (as
-  PyTorch/XLA does), and writes the result back.
+  supported in refs"). Ours (`in_place.functional_kernel`) runs the functional op on the
+  unwrapped tensor, which the engine draws on the CPU from the generator, as it does
+  every random op given one (as PyTorch/XLA does), and writes the result back.
 """
 
 from __future__ import annotations
 
 import torch
+
+from torch_xla.backend import in_place
 
 
 def pack_padded_sequence(data: torch.Tensor, lengths: torch.Tensor, batch_first: bool):
@@ -64,22 +66,6 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
                                                     zero_infinity)
 
 
-def _drawn_in_place(functional):
-    """The in-place random op whose functional form is `functional`, on a user tensor."""
-
-    def impl(self, *args, **kwargs):
-        torch._sync(self)
-        with torch._C._ExcludeDispatchKeyGuard(
-                torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)):
-            drawn = functional(torch._from_functional_tensor(self), *args, **kwargs)
-        torch._functionalize_replace(self, drawn)
-        torch._functionalize_commit_update(self)
-        torch._functionalize_sync(self)
-        return self
-
-    return impl
-
-
 _RANDOM_IN_PLACE = ("exponential", "geometric", "cauchy", "log_normal")
 
 
@@ -102,6 +88,7 @@ def register(library: torch.library.Library) -> None:
         library.impl(name, _functionalize_kernel(name, impl), "Functionalize",
                      with_keyset=True)
     for name in _RANDOM_IN_PLACE:
-        impl = _drawn_in_place(getattr(torch.ops.aten, name).default)
+        impl = in_place.functional_kernel(getattr(torch.ops.aten, f"{name}_").default,
+                                          getattr(torch.ops.aten, name).default)
         library.impl(f"{name}_", _functionalize_kernel(f"{name}_", impl), "Functionalize",
                      with_keyset=True)

@@ -1,9 +1,9 @@
 """Functionalization kernels for the in-place ops optimizers run: the `_foreach_*` updates
 and the fused steps (`_fused_adam_`, `_fused_adamw_`, `_fused_sgd_`).
 
-Each kernel does what PyTorch's generated functionalization kernel does, minus two of its
-behaviours: unwrap the arguments, run the functional op, write each result back into the
-argument it replaces (`replace` + `commit_update` + `sync`, which updates every view).
+Each kernel (`in_place.functional_kernel`) does what PyTorch's generated
+functionalization kernel does, minus two of its behaviours: unwrap the arguments, run
+the functional op, write each result back into the argument it replaces.
 
 - PyTorch's kernel first re-runs every in-place foreach op on meta tensors to validate
   it, and for foreach ops those meta kernels are Python (`torch._refs`), which costs
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 
-_FUNCTIONALIZE = torch._C.DispatchKey.Functionalize
+from torch_xla.backend import in_place
 
 # (in-place overload, functional overload) pairs used by SGD, Adam and AdamW.
 FOREACH_OPS = [
@@ -47,36 +47,6 @@ FUSED_OPS = [
 ]
 
 
-def _unwrap(a):
-    if isinstance(a, torch.Tensor) and torch._is_functional_tensor(a):
-        torch._sync(a)
-        return torch._from_functional_tensor(a)
-    if isinstance(a, (list, tuple)):
-        return [_unwrap(x) for x in a]
-    return a
-
-
-def _kernel(inplace, functional):
-    """The kernel of `inplace`: its functional form's results (one list per argument the
-    in-place op writes, in schema order) written back into those arguments."""
-    written = [i for i, a in enumerate(inplace._schema.arguments)
-               if a.alias_info is not None and a.alias_info.is_write]
-    single = len(written) == 1  # a foreach op: the functional form returns one list
-
-    def kernel(*args, **kwargs):
-        inner_args = [_unwrap(a) for a in args]
-        inner_kwargs = {k: _unwrap(v) for k, v in kwargs.items()}
-        with torch._C._ExcludeDispatchKeyGuard(torch._C.DispatchKeySet(_FUNCTIONALIZE)):
-            outs = functional(*inner_args, **inner_kwargs)
-        for index, results in zip(written, (outs,) if single else outs, strict=True):
-            for t, out in zip(args[index], results, strict=True):
-                torch._functionalize_replace(t, out)
-                torch._functionalize_commit_update(t)
-                torch._functionalize_sync(t)
-
-    return kernel
-
-
 def _overload(name: str):
     packet, _, overload = name.partition(".")
     return getattr(getattr(torch.ops.aten, packet), overload or "default")
@@ -84,5 +54,6 @@ def _overload(name: str):
 
 def register(library: torch.library.Library) -> None:
     for inplace, functional in FOREACH_OPS + FUSED_OPS:
-        library.impl(inplace, _kernel(_overload(inplace), _overload(functional)),
+        library.impl(inplace,
+                     in_place.functional_kernel(_overload(inplace), _overload(functional)),
                      "Functionalize")
