@@ -87,3 +87,39 @@ def test_the_mapping_count_reads_this_process():
     assert limit > 0
     assert not compiler.mappings_crowded(10**9)
     assert compiler.mappings_crowded(1)
+
+
+def test_a_graph_the_compiler_rejects_is_reported_with_its_ops(monkeypatch, device):
+    """XLA:GPU refuses integer convolutions with only "UNIMPLEMENTED: " (seen on an
+    H200): the error keeps its type and XLA's words, and adds the device and the graph's
+    ops with their input types. The rejecting compiler is injected here; the CPU's
+    compiles integer convolutions."""
+    import jax
+    import torch
+
+    from torch_xla.pjrt.client import Client
+
+    def rejecting(self, *args, **kwargs):
+        raise jax.errors.JaxRuntimeError("UNIMPLEMENTED: ")
+
+    monkeypatch.setattr(Client, "_compile", rejecting)
+    x = torch.ones(2, 3, 4, 4, dtype=torch.int64, device=device)
+    w = torch.ones(5, 3, 3, 3, dtype=torch.int64, device=device)
+    with pytest.raises(jax.errors.JaxRuntimeError) as error:
+        torch.nn.functional.conv2d(x, w).cpu()
+    message = str(error.value)
+    assert message.startswith("The CPU compiler rejected a graph of")
+    assert "UNIMPLEMENTED" in message
+    assert "aten.convolution.default(int64[2, 3, 4, 4], int64[5, 3, 3, 3])" in message
+    assert "cast its inputs" in message
+
+
+def test_a_rejected_graph_lists_at_most_a_dozen_ops():
+    class Node:
+        def __init__(self, op):
+            self.op, self.rule, self.inputs = op, len, []
+
+    message = compiler.rejected_graph_message(
+        "INTERNAL: no", [Node(f"aten.op{i}") for i in range(20)])
+    assert "aten.op11()" in message and "aten.op12" not in message
+    assert "20 distinct ops" in message and "and 8 more" in message

@@ -273,9 +273,34 @@ def compile(device: int, order: list, position: dict, leaves: list, values: list
         fingerprint = stable_key(device, order, position, values, replica=True)
         return Program(replicas.compile(graph_fn, args, out_avals, fingerprint), replicated=True)
     fingerprint = stable_key(device, order, position, values, arrays=args, donate=donate)
-    with manual.partitioner(order):  # GSPMD for a manual-sharding region
-        return Program(client().compile(fingerprint, graph_fn, *args, eager=eager,
-                                        out_shardings=out_shardings, donate=donate))
+    try:
+        with manual.partitioner(order):  # GSPMD for a manual-sharding region
+            return Program(client().compile(fingerprint, graph_fn, *args, eager=eager,
+                                            out_shardings=out_shardings, donate=donate))
+    except jax.errors.JaxRuntimeError as error:
+        raise type(error)(rejected_graph_message(str(error), order)) from error
+
+
+LISTED_OPS = 12
+
+
+def rejected_graph_message(reason: str, order: list) -> str:
+    """What to tell a user whose graph the device's compiler refused (its message alone
+    can be as short as "UNIMPLEMENTED: "): which device, and the graph's ops with their
+    input types, one of which the device does not support."""
+    ops: dict[str, None] = {}
+    for n in order:
+        if n.rule is not None:
+            types = ", ".join(f"{str(aval[1]).removeprefix('torch.')}{list(aval[0])}"
+                              for aval in (c.avals[i] for c, i in n.inputs)
+                              if aval is not None)
+            ops[f"{n.op}({types})"] = None
+    listed = list(ops)[:LISTED_OPS]
+    more = f", and {len(ops) - LISTED_OPS} more" if len(ops) > LISTED_OPS else ""
+    return (f"The {client().name} compiler rejected a graph of {len(ops)} distinct ops: "
+            f"{reason.strip()}\nIts ops, on their input types: {'; '.join(listed)}{more}. "
+            "One of them is likely not supported on this device with those types: compute "
+            "it on the CPU (`.cpu()` first) or cast its inputs to a supported type.")
 
 
 def stable_key(device: int, order, position, values, replica: bool = False,
