@@ -15,7 +15,7 @@ from torch import nn
 
 import torch_xla
 
-from .helpers import assert_close
+from .helpers import assert_close, run_python
 
 TOL = dict(rtol=1e-5, atol=1e-5)
 GRAD_TOL = dict(rtol=1e-4, atol=1e-4)
@@ -301,3 +301,42 @@ def test_output_structure_matches_eager(device, fn):
         for g, w in zip(got, want, strict=True):
             assert g.device.type == "xla"
             assert_close(g.cpu(), w, **TOL)
+
+
+def test_the_default_backend_refuses_the_xla_device_with_what_to_use():
+    """Inductor (torch.compile's default) has no code generator for the xla device and
+    failed with KeyError: 'xla' deep inside it; now its entry refuses xla inputs with
+    the backend to use. Inductor is imported after torch_xla here, as users do, so the
+    import hook is what guards it."""
+    out = run_python("""
+        import sys
+        import torch, torch_xla
+        assert "torch._inductor.compile_fx" not in sys.modules
+        model = torch.nn.Linear(4, 2).to("xla")
+        try:
+            torch.compile(model)(torch.ones(3, 4, device="xla"))
+        except Exception as error:
+            print(type(error).__name__, "|", error)
+        import torch._inductor.compile_fx as c
+        print("guarded", c.compile_fx.refuses_xla)
+    """)
+    assert "KeyError" not in out, out
+    assert "inductor) cannot compile for the xla device" in out, out
+    assert "backend='openxla'" in out and "guarded True" in out, out
+
+
+def test_the_inductor_guard_passes_other_devices_through():
+    from torch_xla.backend import inductor
+
+    calls = []
+
+    def compile_fx(model, example_inputs, **kwargs):
+        calls.append((model, kwargs))
+        return "compiled"
+
+    guarded = inductor.refuse_xla(compile_fx)
+    assert guarded("gm", [torch.ones(2), 3], config_patches={}) == "compiled"
+    assert calls == [("gm", {"config_patches": {}})]
+    with pytest.raises(RuntimeError, match="backend='openxla'"):
+        guarded("gm", [torch.ones(2, device="xla")])
+    assert len(calls) == 1

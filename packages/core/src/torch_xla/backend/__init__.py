@@ -1,5 +1,6 @@
 """The `xla` device: PyTorch's PrivateUse1 backend renamed, with its guard, hooks,
-device module (`torch.xla`), factory and copy kernels, and the autograd engine tweak.
+device module (`torch.xla`), factory and copy kernels, the autograd engine tweak, and
+inductor's refusal of it.
 
 `register()` runs once, when `torch_xla` is imported; it creates no PJRT client.
 """
@@ -10,7 +11,15 @@ import warnings
 
 import torch
 
-from torch_xla.backend import autocast, autograd, copies, factories, host_arguments, optimizer_ops
+from torch_xla.backend import (
+    autocast,
+    autograd,
+    copies,
+    factories,
+    host_arguments,
+    inductor,
+    optimizer_ops,
+)
 from torch_xla.backend.device_module import XlaDeviceModule
 
 NAME = "xla"
@@ -56,3 +65,4 @@ def register() -> None:
         host_arguments.register(_library)
         autocast.register(_library)
     autograd.register()
+    inductor.register()
