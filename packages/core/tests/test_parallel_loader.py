@@ -8,6 +8,7 @@ import time
 
 import pytest
 import torch
+from conftest import run_python
 from torch.utils.data import DataLoader, TensorDataset
 
 import torch_xla.core.xla_model as xm
@@ -140,3 +141,35 @@ def test_sample_generator_is_fake_data_for_a_fixed_number_of_steps(device):
     assert len(batches) == 3 and batches[0][0].shape == (8, 1, 28, 28)
     with pytest.raises(ValueError):
         SampleGenerator(data, -1)
+
+
+def test_loader_workers_fork_without_jax_warning_and_other_forks_still_warn():
+    """A DataLoader with workers forks a process whose XLA runtime runs: jax warns "will
+    likely lead to a deadlock" at each such fork, though workers never use the device.
+    The warning is gone for loaders (batches as on the CPU), kept for any other fork."""
+    done = run_python("""
+        import os, warnings
+        import torch, torch_xla, torch_xla.core.xla_model as xm
+        import torch_xla.distributed.parallel_loader as pl
+        warnings.simplefilter("default")
+        device = xm.xla_device()
+        total = torch.zeros(3, device=device)
+        torch.manual_seed(0)
+        data = torch.randn(64, 3)
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data),
+                                             batch_size=16, num_workers=2)
+        for (x,) in pl.MpDeviceLoader(loader, device):
+            total = total + x.sum(0)
+        for (x,) in loader:  # a plain loader too
+            total = total + x.to(device).sum(0)
+        assert torch.allclose(total.cpu(), 2 * data.sum(0), atol=1e-5), total
+        print("loaders done", flush=True)
+        pid = os.fork()
+        if pid == 0:
+            os._exit(0)
+        os.waitpid(pid, 0)
+    """, env={"PJRT_DEVICE": "CPU"})
+    assert done.returncode == 0, done.stderr
+    assert "loaders done" in done.stdout
+    assert "popen_fork" not in done.stderr, done.stderr  # where the workers' fork warned
+    assert done.stderr.count("os.fork() was called") == 1, done.stderr  # the plain fork

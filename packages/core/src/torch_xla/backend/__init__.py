@@ -1,6 +1,6 @@
 """The `xla` device: PyTorch's PrivateUse1 backend renamed, with its guard, hooks,
-device module (`torch.xla`), factory and copy kernels, the autograd engine tweak, and
-inductor's refusal of it.
+device module (`torch.xla`), factory and copy kernels, the autograd engine tweak,
+inductor's refusal of it, and quiet forks for `DataLoader` workers.
 
 `register()` runs once, when `torch_xla` is imported; it creates no PJRT client.
 """
@@ -15,6 +15,7 @@ from torch_xla.backend import (
     autocast,
     autograd,
     copies,
+    data_loader,
     factories,
     host_arguments,
     inductor,
@@ -66,3 +67,4 @@ def register() -> None:
         autocast.register(_library)
     autograd.register()
     inductor.register()
+    data_loader.register()
