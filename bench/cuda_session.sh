@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One GPU session: the CUDA plugin's conformance kit and the side-by-side benchmarks on a
 # machine with an NVIDIA GPU and a Python that already has torch (CUDA build), jax and
-# jax-cuda1x-pjrt. Our packages come as wheels built from this checkout:
+# jax-cuda1x-plugin. Our packages come as wheels built from this checkout:
 #
 #   python -m build --wheel --no-isolation -o .whl packages/core
 #   python -m build --wheel --no-isolation -o .whl packages/plugin-cuda
