@@ -62,3 +62,30 @@ def test_dropout_under_frozen_rng_state(device):
         second = torch.nn.functional.dropout(x, 0.5).cpu()
     assert torch.equal(first, second)
     assert set(first.unique().tolist()) <= {0.0, 2.0}
+
+
+def test_torch_accelerator_synchronizes_the_xla_device_and_names_its_memory_figures(
+        device, monkeypatch):
+    """Device-agnostic code: torch's own `torch.accelerator.synchronize` fails for a
+    backend written in Python, and its memory statistics hit an internal assert."""
+    from torch_xla.backend import accelerator
+    from torch_xla.lazy import graph
+
+    assert torch.accelerator.current_accelerator().type == "xla"
+    x = torch.randn(128, 128, device=device)
+    y = x @ x
+    xm.mark_step()
+    assert graph._in_flight  # launched, maybe running
+    torch.accelerator.synchronize()
+    assert not graph._in_flight
+    torch.accelerator.synchronize(device)
+    torch.testing.assert_close(y.cpu(), x.cpu() @ x.cpu(), rtol=1e-5, atol=1e-4)
+    torch.accelerator.empty_cache()
+    for name in accelerator.STATISTICS:
+        for module in (torch.accelerator, torch.accelerator.memory):
+            with pytest.raises(RuntimeError, match=f"{name}.*xla_model.get_memory_info"):
+                getattr(module, name)()
+    # Another accelerator keeps torch's functions (here: torch's refusal for this backend).
+    monkeypatch.setattr(accelerator, "_on_xla", lambda: False)
+    with pytest.raises(RuntimeError, match="doesn't support synchronizing"):
+        torch.accelerator.synchronize()

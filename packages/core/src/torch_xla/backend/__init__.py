@@ -1,6 +1,7 @@
 """The `xla` device: PyTorch's PrivateUse1 backend renamed, with its guard, hooks,
 device module (`torch.xla`), factory and copy kernels, the autograd engine tweak,
-inductor's refusal of it, and quiet forks for `DataLoader` workers.
+inductor's refusal of it, quiet forks for `DataLoader` workers, and `torch.accelerator`
+on it.
 
 `register()` runs once, when `torch_xla` is imported; it creates no PJRT client.
 """
@@ -12,6 +13,7 @@ import warnings
 import torch
 
 from torch_xla.backend import (
+    accelerator,
     autocast,
     autograd,
     copies,
@@ -68,3 +70,4 @@ def register() -> None:
     autograd.register()
     inductor.register()
     data_loader.register()
+    accelerator.register()
