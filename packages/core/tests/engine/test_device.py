@@ -21,6 +21,16 @@ def test_device_names(device):
     assert str(torch.device("xla", 0)) == "xla:0"
 
 
+def test_is_xla_tells_tensors_on_the_device(device):
+    """torch's `is_xla` tests its own XLA device type; PyTorch/XLA code reads it as "on
+    the xla device", which ours is."""
+    on_device = torch.ones(2, 3, device=device)
+    assert on_device.is_xla and on_device.t().is_xla and on_device[0].is_xla
+    assert nn.Parameter(on_device).is_xla and xm.is_xla_tensor(on_device)
+    assert not torch.ones(2).is_xla and not on_device.cpu().is_xla
+    assert not torch.ones(2, device="meta").is_xla
+
+
 def test_missing_device_index_is_a_clear_error():
     with pytest.raises(IndexError, match="xla:7 does not exist"):
         xm.xla_device(7)

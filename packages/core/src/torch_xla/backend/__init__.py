@@ -49,6 +49,11 @@ class _Guard(torch._C._acc.DeviceGuard):
         return _PRIVATE_USE1
 
 
+def _is_xla(self: torch.Tensor) -> bool:
+    """Is True if the Tensor is stored on the xla device."""
+    return self.device.type == NAME
+
+
 def register() -> None:
     """Make `torch.device('xla', n)` an XLA device of this package (idempotent)."""
     global _library
@@ -68,6 +73,9 @@ def register() -> None:
         host_arguments.register(_library)
         autocast.register(_library)
     autograd.register()
+    # torch's `Tensor.is_xla` tests its built-in XLA device type, never ours; PyTorch/XLA
+    # users read it as "on the xla device", and no torch code reads it.
+    torch.Tensor.is_xla = property(_is_xla)
     inductor.register()
     data_loader.register()
     accelerator.register()
