@@ -29,12 +29,21 @@ OPS = {
 }
 
 
+def on_device(op, a: torch.Tensor, device) -> torch.Tensor:
+    """`op(a)` computed on the device, back on the host. A failure is re-raised without
+    its traceback, whose frames would keep the failed graph's tensors alive: every later
+    sync (the next tests') would then compile that graph again and fail the same way."""
+    try:
+        # Host tensors built inside `op` (right-hand sides) follow `a` to the device.
+        with torch.device(device):
+            return op(a.to(device)).cpu()
+    except Exception as error:  # noqa: BLE001 - re-raised with its type and message
+        failure = f"{type(error).__name__}: {error}"
+    raise AssertionError(f"failed on the device: {failure}")
+
+
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_linalg_matches_eager(device, name):
     op = OPS[name]
     a = spd(8)
-    expected = op(a)
-    # Host tensors built inside `op` (right-hand sides) follow `a` to the device.
-    with torch.device(device):
-        got = op(a.to(device))
-    torch.testing.assert_close(got.cpu(), expected, rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(on_device(op, a, device), op(a), rtol=1e-4, atol=1e-4)
