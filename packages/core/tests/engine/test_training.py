@@ -185,6 +185,53 @@ def test_fused_adamw_under_a_grad_scaler_skips_the_infinite_step(device):
         assert_close(g, e, rtol=1e-5, atol=1e-6)
 
 
+def _one_fused_step(device, scaled: bool):
+    """One AdamW(fused=True) step of a small MLP; its gradients before and after the step
+    (the engine tensors under them on the device: same object means not written)."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.Tanh(),
+                                torch.nn.Linear(8, 3)).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2, fused=True)
+    loss = model(torch.randn(5, 6, generator=torch.Generator().manual_seed(3)).to(device))
+    loss = loss.square().mean()
+    on_xla = device.type != "cpu"
+    scaler = None
+    if scaled:
+        scaler = torch_xla.amp.GradScaler(init_scale=64.0) if on_xla else torch.amp.GradScaler(
+            "cpu", init_scale=64.0)
+        loss = scaler.scale(loss)
+    loss.backward()
+    if on_xla:
+        xm.mark_step()
+    inner = [torch._from_functional_tensor(p.grad) if on_xla else p.grad
+             for p in model.parameters()]
+    if scaler is None:
+        opt.step()
+    else:
+        scaler.step(opt)
+    if on_xla:
+        xm.mark_step()
+    after = [torch._from_functional_tensor(p.grad) if on_xla else p.grad
+             for p in model.parameters()]
+    grads = [p.grad.detach().cpu() for p in model.parameters()]
+    return inner, after, grads, [p.detach().cpu() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("scaled", [False, True], ids=["plain", "grad-scaler"])
+def test_fused_steps_write_gradients_only_to_unscale_them(device, scaled):
+    """A fused step's gradients are written only when it unscales them (`grad_scale`,
+    from a GradScaler); otherwise writing them back would make every step's program
+    output a copy of each gradient. Gradients and parameters match the CPU's either way."""
+    _, _, cpu_grads, cpu_params = _one_fused_step(torch.device("cpu"), scaled)
+    before, after, grads, params = _one_fused_step(device, scaled)
+    if scaled:
+        assert not any(b is a for b, a in zip(before, after, strict=True))
+    else:
+        assert all(b is a for b, a in zip(before, after, strict=True))
+    for e, g in zip(cpu_grads + cpu_params, grads + params, strict=True):
+        assert_close(g, e, rtol=1e-5, atol=1e-6)
+
+
 class _TiedLM(torch.nn.Module):
     """An embedding whose weight the output layer reuses (weight tying)."""
 

@@ -11,6 +11,8 @@ wrong for us (fused optimizer steps with empty lists; random ops given a
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
+
 import torch
 
 _FUNCTIONALIZE = torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)
@@ -35,13 +37,17 @@ def write_back(t: torch.Tensor, value: torch.Tensor) -> None:
     torch._functionalize_sync(t)
 
 
-def functional_kernel(inplace, functional):
+def functional_kernel(inplace, functional,
+                      unchanged: Callable[[dict], Collection[str]] | None = None):
     """The kernel of the in-place op `inplace` from its functional form `functional`,
     which returns one result (a tensor, or a list for a foreach op) per argument that
     `inplace` writes, in schema order. Returns what `inplace` returns: the written tensor
     for an op that writes one tensor (`exponential_`), nothing for list arguments
-    (`_foreach_mul_`, `_fused_adamw_`)."""
-    written = [i for i, a in enumerate(inplace._schema.arguments)
+    (`_foreach_mul_`, `_fused_adamw_`). `unchanged(kwargs)` names the written arguments
+    that a call leaves as they are, which are not written back (their results would
+    only make the step's program output copies of them)."""
+    arguments = inplace._schema.arguments
+    written = [i for i, a in enumerate(arguments)
                if a.alias_info is not None and a.alias_info.is_write]
     single = len(written) == 1
 
@@ -50,7 +56,10 @@ def functional_kernel(inplace, functional):
         inner_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
         with torch._C._ExcludeDispatchKeyGuard(_FUNCTIONALIZE):
             outs = functional(*inner_args, **inner_kwargs)
+        kept = unchanged(kwargs) if unchanged is not None else ()
         for index, results in zip(written, (outs,) if single else outs, strict=True):
+            if arguments[index].name in kept:
+                continue
             target = args[index]
             if isinstance(target, torch.Tensor):
                 write_back(target, results)

@@ -52,8 +52,19 @@ def _overload(name: str):
     return getattr(getattr(torch.ops.aten, packet), overload or "default")
 
 
+def _grads_unless_unscaled(kwargs: dict) -> tuple[str, ...]:
+    """A fused step writes its gradients only to unscale them by `grad_scale` (a
+    GradScaler's): without one they stay as they are."""
+    return ("grads",) if kwargs.get("grad_scale") is None else ()
+
+
 def register(library: torch.library.Library) -> None:
-    for inplace, functional in FOREACH_OPS + FUSED_OPS:
+    for inplace, functional in FOREACH_OPS:
         library.impl(inplace,
                      in_place.functional_kernel(_overload(inplace), _overload(functional)),
+                     "Functionalize")
+    for inplace, functional in FUSED_OPS:
+        library.impl(inplace,
+                     in_place.functional_kernel(_overload(inplace), _overload(functional),
+                                                unchanged=_grads_unless_unscaled),
                      "Functionalize")
