@@ -23,6 +23,8 @@ import torch
 import torch.accelerator
 import torch.accelerator.memory
 
+from torch_xla.backend.wrapping import wrap_once
+
 STATISTICS = ("memory_allocated", "max_memory_allocated", "memory_reserved",
               "max_memory_reserved", "memory_stats", "reset_accumulated_memory_stats",
               "reset_peak_memory_stats", "get_memory_info")
@@ -72,9 +74,4 @@ def register() -> None:
     wrappers.update(dict.fromkeys(STATISTICS, _statistic))
     for name, wrap in wrappers.items():
         for module in (torch.accelerator, torch.accelerator.memory):
-            original = getattr(module, name, None)
-            if original is None or getattr(original, "for_xla", False):
-                continue
-            wrapped = wrap(original)
-            wrapped.for_xla = True
-            setattr(module, name, wrapped)
+            wrap_once(module, name, wrap)

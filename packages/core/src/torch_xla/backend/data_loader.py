@@ -16,21 +16,21 @@ import warnings
 
 from torch.utils.data import dataloader
 
+from torch_xla.backend.wrapping import wrap_once
+
 FORK_WARNING = r"os\.fork\(\) was called"
 
 
-def register() -> None:
-    """Start `DataLoader` workers without jax's fork warning (idempotent)."""
-    iterator = dataloader._MultiProcessingDataLoaderIter
-    start = iterator.__init__
-    if getattr(start, "quiet_fork", False):
-        return
-
+def _quiet_fork(start):
     @functools.wraps(start)
     def __init__(self, loader) -> None:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message=FORK_WARNING, category=RuntimeWarning)
             start(self, loader)
 
-    __init__.quiet_fork = True
-    iterator.__init__ = __init__
+    return __init__
+
+
+def register() -> None:
+    """Start `DataLoader` workers without jax's fork warning (idempotent)."""
+    wrap_once(dataloader._MultiProcessingDataLoaderIter, "__init__", _quiet_fork)

@@ -18,6 +18,8 @@ from typing import Any
 
 import torch
 
+from torch_xla.backend.wrapping import wrap_once
+
 MODULE = "torch._inductor.compile_fx"
 MESSAGE = (
     "torch.compile's default backend (inductor) cannot compile for the xla device. "
@@ -36,13 +38,11 @@ def refuse_xla(compile_fx):
             raise RuntimeError(MESSAGE)
         return compile_fx(model, example_inputs, *args, **kwargs)
 
-    guarded.refuses_xla = True
     return guarded
 
 
 def _guard(module) -> None:
-    if not getattr(module.compile_fx, "refuses_xla", False):
-        module.compile_fx = refuse_xla(module.compile_fx)
+    wrap_once(module, "compile_fx", refuse_xla, marker="refuses_xla")
 
 
 class _WhenImported(importlib.abc.MetaPathFinder):
