@@ -195,6 +195,24 @@ def test_mutated_input_is_written_back(device, backend):
         assert_close(xa.cpu(), a, **TOL)
 
 
+@pytest.mark.parametrize("backend", ["openxla", "openxla_eval"])
+def test_copy_into_an_input_and_an_intermediate(device, backend):
+    """AOTAutograd traces `copy_` with fake tensors inside functional ones: the engine's
+    direct assignment of one xla tensor to another must leave those to PyTorch."""
+    def fn(a, b):
+        a.copy_(b * 2)
+        t = a * 3
+        t.copy_(b)
+        return t + 1
+
+    compiled = torch.compile(fn, backend=backend)
+    b = torch.arange(3.0)
+    for _ in range(2):
+        a, xa = torch.zeros(3), torch.zeros(3).to(device)
+        assert_close(compiled(xa, b.to(device)).cpu(), fn(a, b), **TOL)
+        assert_close(xa.cpu(), a, **TOL)
+
+
 def test_random_ops_differ_per_call(device):
     fn = torch.compile(lambda x: torch.randn(5, 5, device=x.device) + x, backend="openxla")
     x = torch.zeros(5, 5).to(device)

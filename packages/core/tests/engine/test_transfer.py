@@ -113,6 +113,60 @@ def test_xla_copy_from_xla_converts_and_broadcasts(device):
     assert_close(destination, torch.zeros(2, 3, 4, dtype=torch.float64).copy_(SOURCE))
 
 
+def test_xla_copy_from_xla_of_the_same_shape_and_dtype(device):
+    """The engine assigns these directly (`functional.assign`): the same values, views
+    and aliasing as PyTorch's copy_ on the CPU, and autograd's version counter bumped."""
+    import torch_xla.debug.metrics as met
+
+    def run(d):
+        base = torch.zeros(3, 4, device=d)
+        row, column = base[1], base[:, 2]  # views of the destination, made before
+        source = (SOURCE + 0).to(d)
+        seven, minus_one = torch.full((4,), 7.0, device=d), torch.tensor(-1.0, device=d)
+        scalar = torch.tensor(3.0, device=d)
+        version, copies = base._version, met.counter_value("xla::copy") or 0
+        base.copy_(source)
+        bumped = base._version > version
+        row.copy_(seven)  # into a view: reaches the base
+        scalar.copy_(minus_one)
+        counted = (met.counter_value("xla::copy") or 0) - copies
+        source.add_(100)  # the copy does not alias its source
+        return (base, row, column, source, scalar), bumped, counted
+
+    (actual, bumped, counted), (expected, *_) = run(device), run("cpu")
+    for a, e in zip(actual, expected, strict=True):
+        assert_close(a, e)
+    assert bumped
+    assert counted == 3  # the engine's count of copies, as when aten.copy recorded them
+
+
+def test_xla_copy_from_xla_leaves_the_source_alone(device):
+    """Batch norm updates its running stats in place on the engine's tensors: a source
+    copied into them must not change with them."""
+    def run(d):
+        norm = torch.nn.BatchNorm1d(4).to(d)
+        source = torch.full((4,), 2.0, device=d)
+        norm.running_mean.copy_(source)
+        norm(SOURCE.to(d))
+        return source, norm.running_mean
+
+    for a, e in zip(run(device), run("cpu"), strict=True):
+        assert_close(a, e)
+
+
+def test_xla_copy_from_xla_carries_gradients(device):
+    def grads(d):
+        x = torch.arange(6.0).reshape(2, 3).to(d).requires_grad_()
+        z = (torch.arange(6.0).reshape(2, 3) - 2).to(d).requires_grad_()
+        y = x * 2
+        y.copy_(z * z)
+        (y * torch.arange(6.0).reshape(2, 3).to(d)).sum().backward()
+        return x.grad, z.grad
+
+    for a, e in zip(grads(device), grads("cpu"), strict=True):
+        assert_close(a, e)
+
+
 def test_tensor_constructor_on_xla_makes_a_user_tensor(device):
     """`torch.tensor(data, device=xla)`: writes through views reach it, autograd works."""
     for make in (torch.tensor, torch.as_tensor):

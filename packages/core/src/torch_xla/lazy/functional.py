@@ -12,6 +12,7 @@ import sys
 import torch
 from torch.utils import _pytree as pytree
 
+from torch_xla import _metrics
 from torch_xla.lazy.tensor import XLATensor
 
 _FUNCTIONALIZE = torch._C.DispatchKey.Functionalize
@@ -63,6 +64,30 @@ def unwrap(t: torch.Tensor) -> XLATensor:
             f"expected an XLA tensor, got a functional {inner.type()} on {inner.device}"
         )
     return inner
+
+
+_COPIES = _metrics.counter("xla::copy")  # the count `aten.copy`'s engine rule keeps
+
+
+def assign(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    """`dst.copy_(src)` for two user tensors of one shape, dtype and device, if both hold
+    engine tensors (not the fake tensors of AOTAutograd's tracing): whether it did.
+
+    `dst` takes `src`'s current value, as PyTorch's functionalization kernel of `copy_`
+    makes it (sync both, replace `dst`'s value with a fresh engine tensor, write it
+    through `dst`'s views), without that kernel's meta-tensor check (nothing to
+    broadcast or cast) and its dispatch of `aten.copy` back into the engine: the copy
+    AOTAutograd makes into every input a compiled graph mutated."""
+    torch._functionalize_sync(src)
+    value = torch._from_functional_tensor(src)
+    if type(value) is not XLATensor or type(torch._from_functional_tensor(dst)) is not XLATensor:
+        return False
+    torch._functionalize_sync(dst)
+    torch._functionalize_replace(dst, XLATensor(*value.value))
+    torch._functionalize_commit_update(dst)
+    torch._functionalize_sync(dst)
+    _COPIES.value += 1
+    return True
 
 
 def _to_functional(a):
