@@ -260,3 +260,21 @@ def test_sparse_tensors_are_refused_with_what_to_do(device, make):
     with pytest.raises(NotImplementedError, match=r"XLA tensors are dense.*\.to_dense\(\)"):
         attempts[make]()
     assert torch.equal(dense.to_sparse().to_dense().to(device).cpu(), dense)
+
+
+@pytest.mark.parametrize("read", ["print", "index", "tolist", "typed storage"])
+def test_reading_an_xla_storage_is_refused_with_what_to_do(device, read):
+    """An XLA tensor's storage has a size but no host bytes (as in PyTorch/XLA); reading
+    it used to fail with "Attempted to set the storage of a tensor on device cpu"."""
+    t = torch.arange(3.0, device=device)
+    storage = t.untyped_storage()
+    assert storage.nbytes() == 12 and storage.device == device
+    attempts = {
+        "print": lambda: str(storage),
+        "index": lambda: storage[0],
+        "tolist": storage.tolist,
+        "typed storage": lambda: str(t.storage()),
+    }
+    with pytest.raises(RuntimeError, match=r"storage holds no bytes.*t\.cpu\(\)"):
+        attempts[read]()
+    assert t.cpu().untyped_storage().nbytes() == 12

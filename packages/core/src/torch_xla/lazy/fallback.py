@@ -24,6 +24,8 @@ def run_cpu(func: OpOverload, args: tuple, kwargs: dict) -> Any:
         if isinstance(a, torch.Tensor) and type(a) is not XLATensor and a.dim() > 0:
             if not torch._is_functional_tensor(a):
                 raise not_xla_error(a)
+        elif isinstance(a, torch.UntypedStorage) and a.device.type == "xla":
+            raise RuntimeError(STORAGE_ERROR)
     device = xla[0]._node.device if xla else _device_of(kwargs)
     graph.materialize(xla)
     host = {id(t): transfer.to_host(t._node.array, t.dtype) for t in xla}
@@ -33,6 +35,12 @@ def run_cpu(func: OpOverload, args: tuple, kwargs: dict) -> Any:
     _write_back(func, flat, cpu_flat)
     by_id = {id(c): a for a, c in zip(flat, cpu_flat, strict=False) if type(a) is XLATensor}
     return pytree.tree_map(lambda o: _to_xla(o, device, by_id), out)
+
+
+STORAGE_ERROR = (
+    "an XLA tensor's storage holds no bytes that PyTorch can read, index or print: its data "
+    "lives on the device (`untyped_storage()` gives only its size). Read the values on the "
+    "host instead: t.cpu() (and t.cpu().untyped_storage() for the bytes).")
 
 
 def _cpu_arg(a: Any) -> Any:
