@@ -101,6 +101,8 @@ for bench in mnist_cnn small_gpt; do
     stage "bench/$bench.py: eager CUDA, lazy, dynamo, JAX floor on the GPU"
     timeout 240 python3 "bench/$bench.py" --eager-device cuda --json "$OUT/$bench-cuda.json"
 done
+stage "bench/compiled_optimizer.py: AdamW lazy or compiled, capturable or not, on the GPU"
+timeout 120 python3 bench/compiled_optimizer.py
 
 if [ -z "${BENCH_ONLY:-}" ]; then
 stage "host cost of one recorded op"

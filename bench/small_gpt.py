@@ -118,12 +118,16 @@ def jax_step(params, m, v, step, idx, targets):
     return jax.tree.map(update, params, m, v), m, v, step
 
 
-def main() -> None:
-    args = parse_args()
+def seeded_batch_and_model() -> tuple:
+    """(inputs, targets, model): the batch and the initial GPT every mode starts from."""
     torch.manual_seed(0)
     tokens = torch.randint(0, VOCAB, (BATCH, T + 1))
-    x, y = tokens[:, :-1], tokens[:, 1:]
-    base = GPT()
+    return tokens[:, :-1], tokens[:, 1:], GPT()
+
+
+def main() -> None:
+    args = parse_args()
+    x, y, base = seeded_batch_and_model()
     def make_optimizer(ps):
         return torch.optim.AdamW(ps, lr=LR, weight_decay=WD)
     if args.eager_only:

@@ -213,6 +213,27 @@ def test_copy_into_an_input_and_an_intermediate(device, backend):
         assert_close(xa.cpu(), a, **TOL)
 
 
+@pytest.mark.parametrize("capturable", [False, True])
+def test_compiled_adamw_step_matches_cpu(device, capturable):
+    """`torch.compile(opt.step)`: one program with `capturable=True`; without it AdamW's
+    step counts stay on the CPU and the bridge splits the graph (docs/guide/torch-compile.md)."""
+    model = mlp()
+    xla_model = on_xla(model, device)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.05)
+    xla_opt = torch.optim.AdamW(xla_model.parameters(), lr=0.05, capturable=capturable)
+    xla_step = torch.compile(xla_opt.step, backend="openxla")
+    for seed in range(3):
+        x = torch.randn(8, 16, generator=torch.Generator().manual_seed(seed))
+        for m, o, step, inputs in ((model, opt, opt.step, x), (xla_model, xla_opt, xla_step,
+                                                               x.to(device))):
+            o.zero_grad()
+            m(inputs).square().mean().backward()
+            step()
+        torch_xla.sync()
+    for got, want in zip(xla_model.parameters(), model.parameters(), strict=True):
+        assert_close(got.cpu(), want.detach(), **GRAD_TOL)
+
+
 def test_random_ops_differ_per_call(device):
     fn = torch.compile(lambda x: torch.randn(5, 5, device=x.device) + x, backend="openxla")
     x = torch.zeros(5, 5).to(device)
