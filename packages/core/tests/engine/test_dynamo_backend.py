@@ -214,24 +214,85 @@ def test_copy_into_an_input_and_an_intermediate(device, backend):
 
 
 @pytest.mark.parametrize("capturable", [False, True])
-def test_compiled_adamw_step_matches_cpu(device, capturable):
-    """`torch.compile(opt.step)`: one program with `capturable=True`; without it AdamW's
-    step counts stay on the CPU and the bridge splits the graph (docs/guide/torch-compile.md)."""
+def test_compiled_adamw_step_matches_cpu(device, metrics, capturable):
+    """`torch.compile(opt.step)` runs the update as one program. Without `capturable`,
+    AdamW keeps its step counts on the CPU: the CPU ops run eagerly and the bias
+    corrections they compute are fed to the program on every call (before, the graph was
+    split into three programs with ops recorded lazily between them)."""
     model = mlp()
     xla_model = on_xla(model, device)
     opt = torch.optim.AdamW(model.parameters(), lr=0.05)
     xla_opt = torch.optim.AdamW(xla_model.parameters(), lr=0.05, capturable=capturable)
     xla_step = torch.compile(xla_opt.step, backend="openxla")
-    for seed in range(3):
+    for seed in range(4):
         x = torch.randn(8, 16, generator=torch.Generator().manual_seed(seed))
         for m, o, step, inputs in ((model, opt, opt.step, x), (xla_model, xla_opt, xla_step,
                                                                x.to(device))):
             o.zero_grad()
             m(inputs).square().mean().backward()
+            torch_xla.sync()
+            runs, syncs = samples(metrics, "ExecuteTime"), counter(
+                metrics, "DynamoSyncInputExecuteTime")
             step()
+        if seed:  # after the call that traced and compiled it
+            assert samples(metrics, "ExecuteTime") - runs == 1
+            assert counter(metrics, "DynamoSyncInputExecuteTime") == syncs
+            assert not pending(*xla_model.parameters())
         torch_xla.sync()
     for got, want in zip(xla_model.parameters(), model.parameters(), strict=True):
         assert_close(got.cpu(), want.detach(), **GRAD_TOL)
+    steps = [s["step"] for s in xla_opt.state.values()]
+    assert all(s.device.type == ("xla" if capturable else "cpu") for s in steps)
+    assert all(float(s) == 4 for s in steps)
+
+
+def pending(*tensors: torch.Tensor) -> bool:
+    """Whether any of `tensors` is still recorded IR rather than device data."""
+    from torch_xla.lazy import functional
+
+    return any(functional.unwrap(t)._node.rule is not None for t in tensors)
+
+
+def test_cpu_scalar_arguments_are_program_inputs(device, metrics):
+    """A CPU 0-dim tensor mixed into device ops is fed to the program on every call, not
+    frozen at the value the first call traced; CPU ops on it still run on the CPU."""
+    def fn(x, step, scale):
+        correction = 1 - 0.9 ** step  # CPU ops on the CPU scalar
+        return x * scale / correction, step, correction
+
+    compiled = torch.compile(fn, backend="openxla")
+    x = torch.randn(5)
+    xd = x.to(device)
+    for k in range(1, 4):
+        step, scale = torch.tensor(float(k)), torch.tensor(0.5 * k)
+        calls = samples(metrics, "RunCachedGraphInputData")
+        got, got_step, got_correction = compiled(xd, step, scale)
+        assert samples(metrics, "RunCachedGraphInputData") == calls + 1  # one program
+        assert not pending(got)  # computed by the program, nothing recorded lazily
+        want, _, want_correction = fn(x, step, scale)
+        assert_close(got.cpu(), want, **TOL)
+        assert got_step is step  # a CPU argument returned as itself
+        assert got_correction.device.type == "cpu"
+        assert_close(got_correction, want_correction, **TOL)
+    assert samples(metrics, "CompileTime") == 1
+
+
+def test_a_graph_reading_a_cpu_scalar_on_the_host_is_not_frozen(device):
+    """A CPU 0-dim argument traced as a device scalar: an op that reads it on the host
+    (here `.item()`, which dynamo itself would not capture) keeps the graph from being
+    compiled with the value of the first call; it runs lazily on every call instead."""
+    from torch_xla._dynamo import dynamo_bridge
+
+    def fn(x, s):
+        return x * s.item() + s
+
+    x = torch.randn(4)
+    xd = x.to(device)
+    compiled = dynamo_bridge.extract_compiled_graph(torch.fx.symbolic_trace(fn),
+                                                    [xd, torch.tensor(2.0)])
+    for value in (2.0, 3.0, -1.5):
+        s = torch.tensor(value)
+        assert_close(compiled(xd, s).cpu(), fn(x, s), **TOL)
 
 
 def test_random_ops_differ_per_call(device):

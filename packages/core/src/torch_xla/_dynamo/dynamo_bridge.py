@@ -9,7 +9,9 @@ results: no FX node is interpreted and no IR is built again.
 
 A node the engine cannot record (an op without lowering that runs on the CPU, a CPU
 tensor computed from an input) splits the graph: the supported stretches become
-compiled programs and the rest runs eagerly between them, as PyTorch/XLA does.
+compiled programs and the rest runs eagerly between them, as PyTorch/XLA does. A CPU
+0-dim tensor that such a stretch reads (an optimizer's step count on the CPU, a bias
+correction computed from it) is a program input, copied to the device on each call.
 
 Random ops take a fresh seed on every call. Collectives (`xm.all_reduce`) compile into
 the program, which is then replicated over the job's processes.
@@ -32,7 +34,7 @@ from torch.fx.passes.operator_support import OperatorSupport
 
 from torch_xla import _metrics
 from torch_xla._dynamo import config
-from torch_xla.lazy import compiler, eager, functional, graph, ir, rng, tensor
+from torch_xla.lazy import compiler, eager, functional, graph, ir, nodes, rng, tensor
 from torch_xla.lazy.tensor import XLATensor
 from torch_xla.pjrt.client import client
 
@@ -46,6 +48,15 @@ _SEED = object()  # a program input fed with a fresh RNG seed on every call
 _GRAPH_RUNS = ("UncachedCompile", "CachedCompile")  # one of them counts every execution
 
 
+class _Host:
+    """A program input fed from the CPU 0-dim tensor argument `index` on every call."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
 # --- the compiled form of one traced graph -----------------------------------------------
 
 
@@ -55,11 +66,12 @@ class CompiledGraph:
     Everything a call needs is planned when the graph compiles, so a call only gathers
     the argument buffers, runs the program and wraps its results:
 
-    - `sources` says where each program input comes from: an argument index, `_SEED`, or
-      a constant `ir.Data` captured when tracing (a lifted scalar, a tensor the graph
-      made). The slots of each kind are listed once (`_from_args`, `_constants`,
-      `_seeds`); a constant's buffer is read on each call, since the engine may move a
-      leaf's array (SPMD places it on every device).
+    - `sources` says where each program input comes from: an argument index, `_SEED`, a
+      `_Host` (a CPU 0-dim argument, copied to the device), or a constant `ir.Data`
+      captured when tracing (a lifted scalar, a tensor the graph made). The slots of each
+      kind are listed once (`_from_args`, `_from_host`, `_constants`, `_seeds`); a
+      constant's buffer is read on each call, since the engine may move a leaf's array
+      (SPMD places it on every device).
     - `outputs` rebuilds the graph's return value: ("result", k), ("arg", i) for an input
       returned as is, ("value", v) for None, numbers and constants; `_results_only` says
       the return value is just the results in order (no copy of the list to build).
@@ -67,7 +79,7 @@ class CompiledGraph:
     """
 
     __slots__ = ("device", "program", "sources", "avals", "outputs", "container", "updates",
-                 "_from_args", "_constants", "_seeds", "_results_only")
+                 "_from_args", "_from_host", "_constants", "_seeds", "_results_only")
 
     def __init__(self, device: int, program: compiler.Program | None, sources: list,
                  avals: list, outputs: list, container: type | None, updates: list) -> None:
@@ -75,8 +87,9 @@ class CompiledGraph:
         self.avals, self.outputs, self.container = avals, outputs, container
         self.updates = updates
         self._from_args = [(k, s) for k, s in enumerate(sources) if type(s) is int]
+        self._from_host = [(k, s.index) for k, s in enumerate(sources) if type(s) is _Host]
         self._constants = [(k, s) for k, s in enumerate(sources)
-                           if type(s) is not int and s is not _SEED]
+                           if type(s) is not int and type(s) is not _Host and s is not _SEED]
         self._seeds = [k for k, s in enumerate(sources) if s is _SEED]
         self._results_only = (container is not None and not updates
                               and outputs == [("result", k) for k in range(len(avals))])
@@ -116,6 +129,8 @@ class CompiledGraph:
                 _sync_inputs(args)
                 return self._inputs(args)
             arrays[k] = node.array
+        for k, i in self._from_host:
+            arrays[k] = nodes.scalar_data(args[i], self.device).array
         for k in self._seeds:
             arrays[k] = client().to_device(rng.next_key(), self.device)
         return arrays
@@ -168,8 +183,14 @@ def _pending_arguments(args: Sequence[Any]) -> list[XLATensor]:
 
 
 def _engine_runs() -> int:
+    """Executions and device-to-host reads so far: a node that makes either cannot be
+    part of a program (it needs a value on the host while the graph runs)."""
     counters = _metrics.counters()
-    return sum(counters[n].value for n in _GRAPH_RUNS if n in counters)
+    return (sum(counters[n].value for n in _GRAPH_RUNS if n in counters)
+            + _FROM_DEVICE.total_samples)
+
+
+_FROM_DEVICE = _metrics.metric("TransferFromDeviceTime")
 
 
 def _fallbacks() -> int:
@@ -190,14 +211,30 @@ def _off_xla(value: Any) -> bool:
     return any(t.device.type != "xla" for t in _tensors(value))
 
 
+def _host_scalar(a: Any) -> bool:
+    return isinstance(a, torch.Tensor) and a.device.type == "cpu" and a.dim() == 0
+
+
+def _off_xla_operand(value: Any) -> bool:
+    """A tensor operand off the device other than a CPU 0-dim one (which a compiled
+    stretch takes as a program input)."""
+    return any(t.device.type != "xla" and not _host_scalar(t) for t in _tensors(value))
+
+
 class _Tracer(torch.fx.Interpreter):
     """Runs the graph on the lazy engine and notes the nodes that cannot be recorded: one
     that made the device run something or ran on the CPU, or one that computes a CPU
-    tensor from an input (a constant CPU tensor is fine: it becomes a graph constant)."""
+    tensor from an input (a constant CPU tensor is fine: it becomes a graph constant).
+
+    A node that mixes a CPU 0-dim tensor computed from the inputs into device tensors
+    can be recorded, but not with the value this trace saw (the engine lifts it as a
+    constant): it is noted in `host_scalars`, and the graph is split so that the tensor
+    reaches the stretch holding the node as an argument (`_Inputs`)."""
 
     def __init__(self, module: torch.fx.GraphModule) -> None:
         super().__init__(module)
         self.unsupported: list[torch.fx.Node] = []
+        self.host_scalars: list[torch.fx.Node] = []
         self._from_inputs: set[torch.fx.Node] = set()
 
     def run_node(self, n: torch.fx.Node) -> Any:
@@ -208,22 +245,40 @@ class _Tracer(torch.fx.Interpreter):
         if n.op not in ("call_function", "call_method", "call_module"):
             return result
         args, kwargs = self.fetch_args_kwargs_from_env(n)
-        leaves_cpu = n in self._from_inputs and (
-            _off_xla(result) or _off_xla(args) or _off_xla(kwargs))
+        from_inputs = n in self._from_inputs
+        leaves_cpu = from_inputs and (
+            _off_xla(result) or _off_xla_operand(args) or _off_xla_operand(kwargs))
         if leaves_cpu or _engine_runs() != runs or _fallbacks() != fallbacks:
             self.unsupported.append(n)
+        elif from_inputs and (_off_xla(args) or _off_xla(kwargs)):
+            self.host_scalars.append(n)
         return result
 
 
 class _Inputs:
-    """The tensor arguments of a trace: made device data, each with its own leaf node."""
+    """The tensor arguments of a trace: made device data, each with its own leaf node.
 
-    def __init__(self, args: Sequence[Any]) -> None:
-        self.args = args
+    With `host`, each CPU 0-dim argument is traced as a device scalar of its own (in
+    `args`, standing in for `original[i]`), which becomes a program input fed from the
+    argument on every call. An op that reads its value on the host while tracing makes
+    the device run, so the stretch is not compiled (`_Tracer`)."""
+
+    def __init__(self, args: Sequence[Any], host: bool = False) -> None:
+        self.original = args
         self.indices = [i for i, a in enumerate(args)
                         if isinstance(a, torch.Tensor) and a.device.type == "xla"]
         graph.sync(_pending_arguments(args))  # the graph a call computes them in
         graph.sync(None)  # and whatever else is pending
+        self.host: dict[int, tuple[ir.Node, int]] = {}  # argument index -> its leaf
+        if host and self.indices:
+            device = functional.unwrap(args[self.indices[0]])._node.device
+            args = list(args)
+            for i, a in enumerate(args):
+                if _host_scalar(a):
+                    leaf = nodes.scalar_data(a, device)  # a leaf of its own
+                    args[i] = functional.wrap(XLATensor(leaf))
+                    self.host[i] = (leaf, 0)
+        self.args = args
         self.before: dict[int, tuple[ir.Node, int]] = {}
         claimed: dict[int, torch.Tensor] = {}  # id(leaf node) -> the argument holding it
         for i in self.indices:
@@ -236,12 +291,18 @@ class _Inputs:
                 claimed[id(inner._node)] = args[i]
             self.before[i] = inner.value
 
-    def arg_of_leaf(self) -> dict[int, int]:
-        return {id(node): i for i, (node, _) in self.before.items()}
+    def arg_of_leaf(self) -> dict[int, int | _Host]:
+        sources: dict[int, int | _Host] = {id(node): i for i, (node, _) in self.before.items()}
+        sources.update({id(node): _Host(i) for i, (node, _) in self.host.items()})
+        return sources
 
     def mutated(self) -> list[int]:
         return [i for i in self.indices
                 if functional.unwrap(self.args[i]).value != self.before[i]]
+
+    def host_mutated(self) -> bool:
+        """Whether the graph wrote to a CPU argument (traced on the device: not compiled)."""
+        return any(functional.unwrap(self.args[i]).value != v for i, v in self.host.items())
 
     def restore(self) -> None:
         """Undo the trace: mutated inputs get their value back, its pending IR is dropped."""
@@ -263,14 +324,16 @@ def _lazy_mode() -> Iterator[None]:
         eager.set_enabled(was)
 
 
-def _trace(gm: torch.fx.GraphModule, args: Sequence[Any]) -> CompiledGraph | list:
-    """The graph compiled for these arguments, or its unsupported nodes."""
-    inputs = _Inputs(args)
+def _trace(gm: torch.fx.GraphModule, args: Sequence[Any], host: bool = False,
+           ) -> CompiledGraph | list:
+    """The graph compiled for these arguments, or the nodes that keep it from being one
+    program (`host`: CPU 0-dim arguments are program inputs, see `_Inputs`)."""
+    inputs = _Inputs(args, host)
     tracer = _Tracer(gm)
     try:
         with torch.no_grad(), _lazy_mode():
-            out = tracer.run(*args)
-        if tracer.unsupported:
+            out = tracer.run(*inputs.args)
+        if tracer.unsupported or tracer.host_scalars or inputs.host_mutated():
             return tracer.unsupported
         return _build(inputs, out)
     finally:
@@ -294,9 +357,9 @@ def _build(inputs: _Inputs, out: Any) -> CompiledGraph:
         else None
     outputs = []
     for o in (out if container is not None else [out]):
-        same_arg = [i for i in inputs.indices if o is args[i]]
+        same_arg = [i for i in [*inputs.indices, *inputs.host] if o is args[i]]
         if same_arg and same_arg[0] not in mutated:
-            outputs.append(("arg", same_arg[0]))
+            outputs.append(("arg", same_arg[0]))  # a CPU argument: itself
         elif isinstance(o, torch.Tensor) and o.device.type == "xla":
             outputs.append(result(o))
         else:
@@ -424,7 +487,7 @@ class GraphFunction:
         return compiled
 
     def _compile(self, args: Sequence[Any]) -> Callable:
-        traced = _trace(self.gm, args)
+        traced = _trace(self.gm, args, host=not self.guarded)
         if isinstance(traced, CompiledGraph):
             return traced
         if self.guarded:
