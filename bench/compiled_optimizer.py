@@ -1,4 +1,4 @@
-"""The optimizer step under `torch.compile(backend='openxla')`: four ways to run AdamW
+"""The optimizer step under `torch.compile(backend='openxla')`: five ways to run AdamW
 after a compiled forward and backward (the small GPT of `small_gpt.py`).
 
     python bench/compiled_optimizer.py [--steps 10] [--windows 5]
@@ -6,15 +6,17 @@ after a compiled forward and backward (the small GPT of `small_gpt.py`).
 - **lazy**: `opt.step()` recorded op by op, run by the step's `torch_xla.sync()` (the
   dynamo mode of `small_gpt.py`);
 - **lazy, capturable**: the same with `AdamW(capturable=True)` (step counts on the device);
+- **lazy, fused**: the same with `AdamW(fused=True)`, recorded as one op
+  (`backend/optimizer_ops.py`);
 - **compiled**: `torch.compile(opt.step, backend='openxla')`. AdamW keeps its step counts
-  on the CPU, so the graph holds CPU ops and the bridge splits it;
+  on the CPU: the CPU ops run first and feed the program their results;
 - **compiled, capturable**: the same with `capturable=True`: one program per step.
 
 Interleaved windows as in `common.py`; for each way it prints steps/s (median window),
 the host time of `opt.step()` alone with the device drained before it (on the CPU
 plugin it includes running a compiled step's program: host and device share the cores),
 and per step the programs run, the syncs made before a compiled call to compute pending
-arguments, and the ops recorded lazily. The last losses must agree.
+arguments, and the engine tensors made. The last losses must agree.
 """
 
 from __future__ import annotations
@@ -31,12 +33,14 @@ import torch_xla
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 
-WAYS = {  # name: (compile the step, capturable)
-    "lazy": (False, False),
-    "lazy, capturable": (False, True),
-    "compiled": (True, False),
-    "compiled, capturable": (True, True),
+WAYS = {  # name: (compile the step, AdamW's keyword arguments)
+    "lazy": (False, {}),
+    "lazy, capturable": (False, {"capturable": True}),
+    "lazy, fused": (False, {"fused": True}),
+    "compiled": (True, {}),
+    "compiled, capturable": (True, {"capturable": True}),
 }
+
 
 def counts() -> tuple:
     return (met.metric_data("ExecuteTime")[0] if met.metric_data("ExecuteTime") else 0,
@@ -44,10 +48,10 @@ def counts() -> tuple:
             met.counter_value("CreateXlaTensor") or 0)
 
 
-def way(base, x, y, compiled_step: bool, capturable: bool):
+def way(base, x, y, compiled_step: bool, options: dict):
     device = torch_xla.device()
     model = copy.deepcopy(base).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD, capturable=capturable)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=WD, **options)
     xd, yd = x.to(device), y.to(device)
     forward = torch.compile(lambda a, b: loss_of(model, a, b), backend="openxla")
     opt_step = torch.compile(opt.step, backend="openxla") if compiled_step else opt.step
