@@ -1,4 +1,4 @@
-"""The optimizer step under `torch.compile(backend='openxla')`: five ways to run AdamW
+"""The optimizer step under `torch.compile(backend='openxla')`: six ways to run AdamW
 after a compiled forward and backward (the small GPT of `small_gpt.py`).
 
     python bench/compiled_optimizer.py [--steps 10] [--windows 5]
@@ -8,6 +8,8 @@ after a compiled forward and backward (the small GPT of `small_gpt.py`).
 - **lazy, capturable**: the same with `AdamW(capturable=True)` (step counts on the device);
 - **lazy, fused**: the same with `AdamW(fused=True)`, recorded as one op
   (`backend/optimizer_ops.py`);
+- **lazy, foreach=False**: the same with torch's single-tensor loop (in-place ops on each
+  parameter, `backend/in_place.py`);
 - **compiled**: `torch.compile(opt.step, backend='openxla')`. AdamW keeps its step counts
   on the CPU: the CPU ops run first and feed the program their results;
 - **compiled, capturable**: the same with `capturable=True`: one program per step.
@@ -37,6 +39,7 @@ WAYS = {  # name: (compile the step, AdamW's keyword arguments)
     "lazy": (False, {}),
     "lazy, capturable": (False, {"capturable": True}),
     "lazy, fused": (False, {"fused": True}),
+    "lazy, foreach=False": (False, {"foreach": False}),
     "compiled": (True, {}),
     "compiled, capturable": (True, {"capturable": True}),
 }

@@ -1,5 +1,5 @@
 """The `xla` device: PyTorch's PrivateUse1 backend renamed, with its guard, hooks,
-device module (`torch.xla`), factory and copy kernels, the autograd engine tweak,
+device module (`torch.xla`), factory, copy and in-place kernels, the autograd engine tweak,
 inductor's refusal of it, quiet forks for `DataLoader` workers, and `torch.accelerator`
 on it.
 
@@ -20,6 +20,7 @@ from torch_xla.backend import (
     data_loader,
     factories,
     host_arguments,
+    in_place,
     inductor,
     optimizer_ops,
 )
@@ -70,6 +71,7 @@ def register() -> None:
         factories.register(_library)
         copies.register(_library)
         optimizer_ops.register(_library)
+        in_place.register(_library)
         host_arguments.register(_library)
         autocast.register(_library)
     autograd.register()

@@ -7,6 +7,15 @@ on meta tensors. Where that check is slow (the foreach ops' meta kernels are Pyt
 wrong for us (fused optimizer steps with empty lists; random ops given a
 `torch.Generator`, which torch's meta kernels refuse), `optimizer_ops` and
 `host_arguments` register `functional_kernel` instead.
+
+The pointwise in-place ops on one tensor (`x.addcdiv_(a, b)`, `x.lerp_(y, w)`,
+`x.clamp_(lo, hi)`, `x.mul_(y)`, ...) pay the same check: 3 to 80 times their functional
+form's host time, mostly torch's Python meta kernels and reference implementations.
+`checked_kernel` replaces it with the two checks it makes for these ops, in torch's
+words: the result keeps `self`'s shape (no broadcasting of `self`), and its type casts to
+`self`'s. (The third, that no two elements of `self` share memory, never fires on the
+device: a functional `expand`ed view reports contiguous strides, so PyTorch's kernel let
+it through too.)
 """
 
 from __future__ import annotations
@@ -71,3 +80,68 @@ def functional_kernel(inplace, functional,
         return None
 
     return kernel
+
+
+def checked_kernel(functional, original: torch._C._SafeKernelFunction):
+    """The kernel of a pointwise in-place op that writes its first argument, `self`, from
+    its functional form. A call whose `self` is not a functional tensor (a CPU tensor
+    given an xla operand) goes to PyTorch's kernel, `original`, which says what is wrong."""
+
+    def kernel(keyset, self, *args, **kwargs):
+        if not torch._is_functional_tensor(self):
+            return original.call_boxed(keyset, self, *args, **kwargs)
+        inner_args = [unwrap(a) for a in args]
+        inner_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+        with torch._C._ExcludeDispatchKeyGuard(_FUNCTIONALIZE):
+            out = functional(unwrap(self), *inner_args, **inner_kwargs)
+        if out.shape != self.shape:
+            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the "
+                               f"broadcast shape {list(out.shape)}")
+        if out.dtype != self.dtype and not torch.can_cast(out.dtype, self.dtype):
+            raise RuntimeError(f"result type {_type_name(out.dtype)} can't be cast to the "
+                               f"desired output type {_type_name(self.dtype)}")
+        write_back(self, out)  # cast to `self`'s dtype by functionalization
+        return self
+
+    return kernel
+
+
+def _type_name(dtype: torch.dtype) -> str:
+    """torch's name of a dtype in its casting errors: `Float`, `Long`, `ComplexFloat`."""
+    return torch.empty((), dtype=dtype).type().rpartition(".")[2].removesuffix("Tensor")
+
+
+# (in-place overload, functional overload) of the pointwise ops `checked_kernel` takes.
+POINTWISE_OPS = [
+    (f"{name}_.{overload}" if overload else f"{name}_",
+     f"{name}.{overload}" if overload else name)
+    for name, overloads in {
+        "add": ("Tensor", "Scalar"),
+        "sub": ("Tensor", "Scalar"),
+        "mul": ("Tensor", "Scalar"),
+        "div": ("Tensor", "Scalar", "Tensor_mode", "Scalar_mode"),
+        "addcdiv": ("",),
+        "addcmul": ("",),
+        "lerp": ("Scalar", "Tensor"),
+        "clamp": ("", "Tensor"),
+        "clamp_min": ("", "Tensor"),
+        "clamp_max": ("", "Tensor"),
+        "masked_fill": ("Scalar", "Tensor"),
+        "sqrt": ("",), "rsqrt": ("",), "exp": ("",), "log": ("",), "neg": ("",),
+        "abs": ("",), "reciprocal": ("",), "sigmoid": ("",), "tanh": ("",),
+    }.items()
+    for overload in overloads
+] + [("pow_.Scalar", "pow.Tensor_Scalar"), ("pow_.Tensor", "pow.Tensor_Tensor")]
+
+
+def overload(name: str):
+    """The ATen overload named `name` (`"add_.Tensor"`; no dot: `.default`)."""
+    packet, _, variant = name.partition(".")
+    return getattr(getattr(torch.ops.aten, packet), variant or "default")
+
+
+def register(library: torch.library.Library) -> None:
+    for inplace, functional in POINTWISE_OPS:
+        original = torch.library.get_kernel(f"aten::{inplace}", "Functionalize")
+        library.impl(inplace, checked_kernel(overload(functional), original),
+                     "Functionalize", with_keyset=True)

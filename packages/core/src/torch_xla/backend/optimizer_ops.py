@@ -47,11 +47,6 @@ FUSED_OPS = [
 ]
 
 
-def _overload(name: str):
-    packet, _, overload = name.partition(".")
-    return getattr(getattr(torch.ops.aten, packet), overload or "default")
-
-
 def _grads_unless_unscaled(kwargs: dict) -> tuple[str, ...]:
     """A fused step writes its gradients only to unscale them by `grad_scale` (a
     GradScaler's): without one they stay as they are."""
@@ -59,12 +54,13 @@ def _grads_unless_unscaled(kwargs: dict) -> tuple[str, ...]:
 
 
 def register(library: torch.library.Library) -> None:
+    overload = in_place.overload
     for inplace, functional in FOREACH_OPS:
         library.impl(inplace,
-                     in_place.functional_kernel(_overload(inplace), _overload(functional)),
+                     in_place.functional_kernel(overload(inplace), overload(functional)),
                      "Functionalize")
     for inplace, functional in FUSED_OPS:
         library.impl(inplace,
-                     in_place.functional_kernel(_overload(inplace), _overload(functional),
+                     in_place.functional_kernel(overload(inplace), overload(functional),
                                                 unchanged=_grads_unless_unscaled),
                      "Functionalize")
