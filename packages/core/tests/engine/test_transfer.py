@@ -114,7 +114,7 @@ def test_xla_copy_from_xla_converts_and_broadcasts(device):
 
 
 def test_xla_copy_from_xla_of_the_same_shape_and_dtype(device):
-    """The engine assigns these directly (`functional.assign`): the same values, views
+    """The engine assigns these directly (`functional.copied_value`): the same values, views
     and aliasing as PyTorch's copy_ on the CPU, and autograd's version counter bumped."""
     import torch_xla.debug.metrics as met
 

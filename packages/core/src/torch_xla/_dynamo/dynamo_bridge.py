@@ -258,13 +258,12 @@ class _Tracer(torch.fx.Interpreter):
 class _Inputs:
     """The tensor arguments of a trace: made device data, each with its own leaf node.
 
-    With `host`, each CPU 0-dim argument is traced as a device scalar of its own (in
-    `args`, standing in for `original[i]`), which becomes a program input fed from the
-    argument on every call. An op that reads its value on the host while tracing makes
-    the device run, so the stretch is not compiled (`_Tracer`)."""
+    With `host`, each CPU 0-dim argument is traced as a device scalar of its own (which
+    stands in for it in `args`), a program input fed from the argument on every call. An
+    op that reads its value on the host while tracing makes the device run, so the
+    stretch is not compiled (`_Tracer`)."""
 
     def __init__(self, args: Sequence[Any], host: bool = False) -> None:
-        self.original = args
         self.indices = [i for i, a in enumerate(args)
                         if isinstance(a, torch.Tensor) and a.device.type == "xla"]
         graph.sync(_pending_arguments(args))  # the graph a call computes them in

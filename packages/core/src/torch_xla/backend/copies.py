@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import torch
 
+from torch_xla.backend import in_place
+
 _original: torch._C._SafeKernelFunction | None = None
 _original_to_copy: torch._C._SafeKernelFunction | None = None
 _original_pin: torch._C._SafeKernelFunction | None = None
@@ -43,7 +45,10 @@ def functional_copy_(keyset, self, src, non_blocking=False):
                 and src.shape == self.shape and self.device.type == "xla"):
             from torch_xla.lazy import functional  # loaded: an xla tensor exists
 
-            if functional.assign(self, src):
+            value = functional.copied_value(self, src)
+            if value is not None:
+                torch._functionalize_sync(self)  # PyTorch's kernel syncs `self` first too
+                in_place.write_back(self, value)
                 return self
         return _original.call_boxed(keyset, self, src, non_blocking)
     if not _is_functional(src) or src.device.type != "xla":

@@ -46,6 +46,14 @@ def write_back(t: torch.Tensor, value: torch.Tensor) -> None:
     torch._functionalize_sync(t)
 
 
+def _run_functional(functional, args: tuple, kwargs: dict):
+    """`functional` on the engine tensors inside the user's tensors."""
+    inner_args = [unwrap(a) for a in args]
+    inner_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
+    with torch._C._ExcludeDispatchKeyGuard(_FUNCTIONALIZE):
+        return functional(*inner_args, **inner_kwargs)
+
+
 def functional_kernel(inplace, functional,
                       unchanged: Callable[[dict], Collection[str]] | None = None):
     """The kernel of the in-place op `inplace` from its functional form `functional`,
@@ -61,10 +69,7 @@ def functional_kernel(inplace, functional,
     single = len(written) == 1
 
     def kernel(*args, **kwargs):
-        inner_args = [unwrap(a) for a in args]
-        inner_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
-        with torch._C._ExcludeDispatchKeyGuard(_FUNCTIONALIZE):
-            outs = functional(*inner_args, **inner_kwargs)
+        outs = _run_functional(functional, args, kwargs)
         kept = unchanged(kwargs) if unchanged is not None else ()
         for index, results in zip(written, (outs,) if single else outs, strict=True):
             if arguments[index].name in kept:
@@ -90,10 +95,7 @@ def checked_kernel(functional, original: torch._C._SafeKernelFunction):
     def kernel(keyset, self, *args, **kwargs):
         if not torch._is_functional_tensor(self):
             return original.call_boxed(keyset, self, *args, **kwargs)
-        inner_args = [unwrap(a) for a in args]
-        inner_kwargs = {k: unwrap(v) for k, v in kwargs.items()}
-        with torch._C._ExcludeDispatchKeyGuard(_FUNCTIONALIZE):
-            out = functional(unwrap(self), *inner_args, **inner_kwargs)
+        out = _run_functional(functional, (self, *args), kwargs)
         if out.shape != self.shape:
             raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the "
                                f"broadcast shape {list(out.shape)}")

@@ -69,25 +69,21 @@ def unwrap(t: torch.Tensor) -> XLATensor:
 _COPIES = _metrics.counter("xla::copy")  # the count `aten.copy`'s engine rule keeps
 
 
-def assign(dst: torch.Tensor, src: torch.Tensor) -> bool:
-    """`dst.copy_(src)` for two user tensors of one shape, dtype and device, if both hold
-    engine tensors (not the fake tensors of AOTAutograd's tracing): whether it did.
+def copied_value(dst: torch.Tensor, src: torch.Tensor) -> XLATensor | None:
+    """For `dst.copy_(src)` between two user tensors of one shape, dtype and device: a
+    fresh engine tensor holding `src`'s current value, for the caller to write into `dst`
+    (`backend/in_place.write_back`); None unless both hold engine tensors (under
+    AOTAutograd's tracing they hold fake tensors), leaving the copy to PyTorch's kernel.
 
-    `dst` takes `src`'s current value, as PyTorch's functionalization kernel of `copy_`
-    makes it (sync both, replace `dst`'s value with a fresh engine tensor, write it
-    through `dst`'s views), without that kernel's meta-tensor check (nothing to
-    broadcast or cast) and its dispatch of `aten.copy` back into the engine: the copy
-    AOTAutograd makes into every input a compiled graph mutated."""
+    This is PyTorch's functionalization kernel of `copy_` without its meta-tensor check
+    (nothing to broadcast or cast) and its dispatch of `aten.copy` back into the engine:
+    the copy AOTAutograd makes into every input a compiled graph mutated."""
     torch._functionalize_sync(src)
     value = torch._from_functional_tensor(src)
     if type(value) is not XLATensor or type(torch._from_functional_tensor(dst)) is not XLATensor:
-        return False
-    torch._functionalize_sync(dst)
-    torch._functionalize_replace(dst, XLATensor(*value.value))
-    torch._functionalize_commit_update(dst)
-    torch._functionalize_sync(dst)
+        return None
     _COPIES.value += 1
-    return True
+    return XLATensor(*value.value)
 
 
 def _to_functional(a):
