@@ -102,3 +102,139 @@ def test_foreach_inplace_writes_through_views(device):
         torch._foreach_addcdiv_([x.t()[0], y[:2]], [z[:2], z[1:]], [z[:2], z[:2]], [0.5, 2.0])
     for e, lz in zip(eager, lazy, strict=True):
         assert_close(lz, e)
+
+
+# Views as the CPU lays them out: (strides, storage offset, is_contiguous) of each.
+LAYOUT_CASES = {
+    "t": lambda x: x.t(),
+    "select": lambda x: x[1],
+    "slice_columns": lambda x: x[:, 1:],
+    "step_slices": lambda x: x[::2, 1::2],
+    "expand": lambda x: x[0].expand(3, 4),
+    "diagonal": lambda x: x.diagonal(),
+    "unfold": lambda x: x.unfold(1, 2, 1),
+    "split": lambda x: x.split(3, 1)[1],
+    "unbind": lambda x: x.unbind(1)[2],
+    "detach_of_t": lambda x: x.t().detach(),
+    "unsqueeze_of_t": lambda x: x.t().unsqueeze(1),
+    "view_of_rows": lambda x: x[1:].view(-1),
+    "view_dtype": lambda x: x.view(torch.int32),
+    "permute": lambda x: x.reshape(2, 2, 2, 2).permute(3, 1, 0, 2),
+    "as_strided": lambda x: x.as_strided((2, 2), (1, 4), 3),
+    "view_as_real": lambda x: torch.view_as_real(x.to(torch.complex64)[1:]),
+}
+
+
+@pytest.mark.parametrize("view", LAYOUT_CASES.values(), ids=LAYOUT_CASES.keys())
+def test_a_view_reports_the_cpu_layout(device, view):
+    eager = view(torch.arange(16.0).reshape(4, 4))
+    lazy = view(torch.arange(16.0).reshape(4, 4).to(device))
+    assert (lazy.stride(), lazy.storage_offset(), lazy.is_contiguous()) == (
+        eager.stride(), eager.storage_offset(), eager.is_contiguous())
+    assert_close(lazy, eager)
+
+
+def test_a_view_keeps_its_layout_after_its_base_changes(device):
+    x = torch.arange(6.0).reshape(2, 3).to(device)
+    v = x.t()
+    x.add_(1)
+    assert v.stride() == (1, 3)
+    assert_close(v, torch.arange(1.0, 7.0).reshape(2, 3).t())
+
+
+def _t_contiguous(x):
+    return x.t().contiguous()
+
+
+def _t_reshape(x):
+    return x.t().reshape(-1)
+
+
+def _t_flatten(x):
+    return x.t().flatten()
+
+
+def _columns_contiguous(x):
+    return x[:, :2].contiguous()
+
+
+def _expand_contiguous(x):
+    return x[0].expand(3, 3).contiguous()
+
+
+def _rows_contiguous(x):  # a view on the CPU too: the write reaches x
+    return x[1:].contiguous()
+
+
+def _reshape(x):  # a view on the CPU too
+    return x.reshape(-1)
+
+
+COPY_OR_VIEW_CASES = [_t_contiguous, _t_reshape, _t_flatten, _columns_contiguous,
+                      _expand_contiguous, _rows_contiguous, _reshape]
+
+
+@pytest.mark.parametrize("make", COPY_OR_VIEW_CASES, ids=lambda f: f.__name__.strip("_"))
+def test_a_write_reaches_the_base_only_where_the_cpu_made_a_view(device, make):
+    """`contiguous()` and `reshape()` copy a view the CPU cannot lay out as asked: a write
+    to the copy leaves the base alone. Before views had the CPU's strides, every view
+    looked contiguous here, so `x.t().contiguous().add_(1)` changed `x` too."""
+    eager = torch.arange(9.0).reshape(3, 3)
+    lazy = eager.to(device)
+    out_eager, out_lazy = make(eager), make(lazy)
+    out_eager.add_(1)
+    out_lazy.add_(1)
+    assert_close(out_lazy, out_eager)
+    assert_close(lazy, eager)
+
+
+# Writes to an expanded view, given a factory of ones on the view's device.
+OVERLAP_CASES = {
+    "add_": lambda t, ones: t.add_(1),
+    "iadd": lambda t, ones: t.__iadd__(ones(4)),
+    "mul_": lambda t, ones: t.mul_(2),
+    "addcdiv_": lambda t, ones: t.addcdiv_(ones(3, 4), ones(4)),
+    "copy_": lambda t, ones: t.copy_(ones(3, 4)),
+    "copy_from_cpu": lambda t, ones: t.copy_(torch.ones(3, 4)),
+    "sin_": lambda t, ones: t.sin_(),
+    "relu_": lambda t, ones: t.relu_(),
+    "normal_": lambda t, ones: t.normal_(),
+    "exponential_": lambda t, ones: t.exponential_(),
+    "index_add_": lambda t, ones: t.index_add_(
+        1, ones(1).long() - 1, ones(3, 1)),
+    "scatter_": lambda t, ones: t.scatter_(1, ones(3, 1).long() - 1, 9.0),
+}
+
+
+@pytest.mark.parametrize("write", OVERLAP_CASES.values(), ids=OVERLAP_CASES.keys())
+def test_a_write_to_an_expanded_view_is_refused_as_on_the_cpu(device, write):
+    """Before, the write went through and the expanded rows were summed into the base."""
+    message = "more than one element of the written-to tensor refers to a single memory"
+    for dev in ("cpu", device):
+        base = torch.zeros(4, device=dev)
+        with pytest.raises(RuntimeError, match=message):
+            write(base.expand(3, 4), lambda *shape, d=dev: torch.ones(*shape, device=d))
+        assert base.cpu().tolist() == [0.0] * 4
+
+
+# Writes the CPU allows on an expanded view (one value to every shared location) and the
+# device refuses: functionalization would add each alias's change to the shared location.
+ALLOWED_ON_CPU = {
+    "fill_": lambda t: t.fill_(5),
+    "zero_": lambda t: t.zero_(),
+    "index_fill_": lambda t: t.index_fill_(1, torch.tensor([0], device=t.device), 7.0),
+}
+
+
+@pytest.mark.parametrize("write", ALLOWED_ON_CPU.values(), ids=ALLOWED_ON_CPU.keys())
+def test_a_uniform_write_to_an_expanded_view_is_refused_on_the_device(device, write):
+    """Before, `fill_(5)` on three rows expanded from ones left 13 in the base."""
+    eager = torch.ones(4)
+    write(eager.expand(3, 4))
+    assert eager.tolist() != [1.0] * 4  # the CPU wrote through
+    lazy = torch.ones(4, device=device)
+    with pytest.raises(RuntimeError, match="fill_ and zero_ included"):
+        write(lazy.expand(3, 4))
+    assert lazy.cpu().tolist() == [1.0] * 4
+    lazy[:2].fill_(5)  # a write through a view without shared elements goes through
+    assert lazy.cpu().tolist() == [5.0, 5.0, 1.0, 1.0]

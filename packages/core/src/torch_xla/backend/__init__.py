@@ -71,7 +71,7 @@ def register() -> None:
         factories.register(_library)
         copies.register(_library)
         optimizer_ops.register(_library)
-        in_place.register(_library)
+        in_place.register(_library, skip=host_arguments.IN_PLACE)
         host_arguments.register(_library)
         autocast.register(_library)
     autograd.register()

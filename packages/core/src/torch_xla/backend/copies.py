@@ -41,6 +41,7 @@ def functional_copy_(keyset, self, src, non_blocking=False):
     graph's write-back, `load_state_dict` on the device) the engine assigns the value
     directly; anything else is PyTorch's kernel, or the host copy below."""
     if _is_functional(self):
+        in_place.check_no_internal_overlap(self)
         if (_is_functional(src) and src.device == self.device and src.dtype == self.dtype
                 and src.shape == self.shape and self.device.type == "xla"):
             from torch_xla.lazy import functional  # loaded: an xla tensor exists

@@ -67,6 +67,7 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
 
 
 _RANDOM_IN_PLACE = ("exponential", "geometric", "cauchy", "log_normal")
+IN_PLACE = tuple(f"{name}_" for name in _RANDOM_IN_PLACE)  # given functionalization kernels
 
 
 def _functionalize_kernel(name: str, impl):

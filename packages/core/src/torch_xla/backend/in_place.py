@@ -13,9 +13,8 @@ The pointwise in-place ops on one tensor (`x.addcdiv_(a, b)`, `x.lerp_(y, w)`,
 form's host time, mostly torch's Python meta kernels and reference implementations.
 `checked_kernel` replaces it with the two checks it makes for these ops, in torch's
 words: the result keeps `self`'s shape (no broadcasting of `self`), and its type casts to
-`self`'s. (The third, that no two elements of `self` share memory, never fires on the
-device: a functional `expand`ed view reports contiguous strides, so PyTorch's kernel let
-it through too.)
+`self`'s, and no two elements of `self` are one memory location on the CPU (a view with
+a stride of 0, as `x.expand(3, 4)` makes: the engine gives views the CPU's strides).
 """
 
 from __future__ import annotations
@@ -69,6 +68,9 @@ def functional_kernel(inplace, functional,
     single = len(written) == 1
 
     def kernel(*args, **kwargs):
+        for index in written:
+            if isinstance(args[index], torch.Tensor):
+                check_no_internal_overlap(args[index])
         outs = _run_functional(functional, args, kwargs)
         kept = unchanged(kwargs) if unchanged is not None else ()
         for index, results in zip(written, (outs,) if single else outs, strict=True):
@@ -95,6 +97,7 @@ def checked_kernel(functional, original: torch._C._SafeKernelFunction):
     def kernel(keyset, self, *args, **kwargs):
         if not torch._is_functional_tensor(self):
             return original.call_boxed(keyset, self, *args, **kwargs)
+        check_no_internal_overlap(self)
         out = _run_functional(functional, (self, *args), kwargs)
         if out.shape != self.shape:
             raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the "
@@ -104,6 +107,37 @@ def checked_kernel(functional, original: torch._C._SafeKernelFunction):
                                f"desired output type {_type_name(self.dtype)}")
         write_back(self, out)  # cast to `self`'s dtype by functionalization
         return self
+
+    return kernel
+
+
+def check_no_internal_overlap(t: torch.Tensor) -> None:
+    """Refuse to write to the XLA tensor `t` if two of its elements are one memory location
+    on the CPU (a stride of 0 over a dimension longer than 1, as `expand` makes).
+
+    The CPU refuses most such writes with the error below. It allows a few that write one
+    value to every location (`fill_`, `zero_`, `index_fill_`, a masked assignment); on
+    the device those would be wrong, since functionalization writes an expanded view back
+    by adding each element's change to the location it shares: `fill_(5)` on three rows
+    expanded from a tensor of ones gives 13. So the device refuses them too, and says so."""
+    stride = t.stride()
+    if 0 in stride and any(s == 0 and n > 1 for n, s in zip(t.shape, stride, strict=True)):
+        raise RuntimeError(
+            "unsupported operation: more than one element of the written-to tensor refers "
+            "to a single memory location. Please clone() the tensor before performing the "
+            "operation. (On the XLA device this holds for every in-place op, fill_ and "
+            "zero_ included: write to the tensor that was expanded, or to a clone().)")
+
+
+def overlap_checked_kernel(original: torch._C._SafeKernelFunction):
+    """PyTorch's functionalization kernel of an in-place op, `original`, after
+    `check_no_internal_overlap` on an XLA `self` (which PyTorch's checks on meta tensors
+    let through)."""
+
+    def kernel(keyset, self, *args, **kwargs):
+        if 0 in self.stride() and self.device.type == "xla":
+            check_no_internal_overlap(self)
+        return original.call_boxed(keyset, self, *args, **kwargs)
 
     return kernel
 
@@ -142,8 +176,42 @@ def overload(name: str):
     return getattr(getattr(torch.ops.aten, packet), variant or "default")
 
 
-def register(library: torch.library.Library) -> None:
+# In-place ops that change a tensor's metadata or storage, not its elements.
+_NOT_ELEMENT_WRITES = ("as_strided_", "detach_", "squeeze_", "unsqueeze_", "swapaxes_",
+                       "swapdims_", "t_", "transpose_", "requires_grad_", "set_", "resize",
+                       "_resize", "sparse_", "_coalesced_", "copy_sparse", "_mkldnn")
+
+
+def overlap_checked_ops(skip: Collection[str]) -> list[str]:
+    """The in-place ATen overloads ("relu_", "fill_.Scalar", ...) writing the elements of
+    their first argument alone, with a functionalization kernel of PyTorch's, less those
+    named in `skip` and those whose tensor arguments may be Python numbers (add_, mul_,
+    ...: PyTorch's boxed kernel would refuse the number handed back)."""
+    found = []
+    for full in torch._C._dispatch_get_all_op_names():
+        name = full.removeprefix("aten::")
+        packet = name.partition(".")[0]
+        if (name == full or not packet.endswith("_") or packet.endswith("__") or name in skip
+                or packet.startswith(_NOT_ELEMENT_WRITES)
+                or torch._C._should_allow_numbers_as_tensors(packet)
+                or not torch._C._dispatch_has_kernel_for_dispatch_key(full, "Functionalize")):
+            continue
+        arguments = overload(name)._schema.arguments
+        writes = [a.alias_info is not None and a.alias_info.is_write for a in arguments]
+        if arguments and str(arguments[0].type) == "Tensor" and writes[0] and not any(writes[1:]):
+            found.append(name)
+    return found
+
+
+def register(library: torch.library.Library, skip: Collection[str]) -> None:
+    """Register `checked_kernel` for the pointwise ops and `overlap_checked_kernel` for the
+    other in-place ops on one tensor, except those in `skip` (registered elsewhere)."""
     for inplace, functional in POINTWISE_OPS:
         original = torch.library.get_kernel(f"aten::{inplace}", "Functionalize")
         library.impl(inplace, checked_kernel(overload(functional), original),
                      "Functionalize", with_keyset=True)
+    ours = {inplace for inplace, _ in POINTWISE_OPS} | set(skip)
+    for name in overlap_checked_ops(ours):
+        original = torch.library.get_kernel(f"aten::{name}", "Functionalize")
+        library.impl(name, overlap_checked_kernel(original), "Functionalize",
+                     with_keyset=True)

@@ -3,6 +3,7 @@
 Modules, bottom-up (each imports only those above it in this list):
   ir            nodes of the graph, hashed structurally as they are created
   tensor        XLATensor, the live/pending registries, errors about misplaced tensors
+  layout        the CPU's strides and storage offset of each view's engine tensor
   dtype_policy  the storage dtype of each torch dtype (XLA_USE_BF16 & co, plugin policy)
   transfer      host <-> device copies
   nodes         building values: device data, engine nodes, lifted scalars

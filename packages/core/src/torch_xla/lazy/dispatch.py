@@ -27,7 +27,7 @@ from torch._ops import OpOverload
 from torch.utils import _pytree as pytree
 
 from torch_xla import _metrics, lowering
-from torch_xla.lazy import fallback, functional, ir, nodes, rewrites, rng, tensor
+from torch_xla.lazy import fallback, functional, ir, layout, nodes, rewrites, rng, tensor
 from torch_xla.lazy.nodes import Lifted
 from torch_xla.lazy.tensor import XLATensor, device_index, device_mismatch_error, new_tensor
 from torch_xla.pjrt import threads
@@ -202,7 +202,8 @@ _default_dtype = torch.get_default_dtype
 def _recorder(func: OpOverload, entry: lowering.Lowering) -> Rule:
     """The rule recording `func`, with its lifted scalars (if any) and its shape cache (a
     partial: no Python frame of its own)."""
-    return functools.partial(_record, nodes.lift_plan(func), entry, _shapes_of(func))
+    return functools.partial(_record, nodes.lift_plan(func), entry, _shapes_of(func),
+                             layout.VIEWS.get(func))
 
 
 def recorder(func: OpOverload) -> Rule:
@@ -347,13 +348,14 @@ def _device_arg(kwargs: dict) -> int | None:
 
 def record(func: OpOverload, entry: lowering.Lowering, args: tuple, kwargs: dict) -> Any:
     """Record `func` (which has the lowering `entry`) on its XLA arguments."""
-    return _record((), entry, _shapes_of(func), func, args, kwargs)
+    return _record((), entry, _shapes_of(func), layout.VIEWS.get(func), func, args, kwargs)
 
 
-def _record(lift: tuple, entry: lowering.Lowering, cache: dict, func: OpOverload,
+def _record(lift: tuple, entry: lowering.Lowering, cache: dict, view: Any, func: OpOverload,
             args: tuple, kwargs: dict) -> Any:
     """Record `func`, its floats named by the lift plan `lift` made inputs, its output
-    shapes from `cache` (the op's shape cache)."""
+    shapes from `cache` (the op's shape cache); `view` is not None for a view-copy op,
+    whose outputs take the CPU's layout of the view."""
     if lift:
         args, kwargs = nodes.lift(lift, args, kwargs)
     tensors: list = []
@@ -376,10 +378,21 @@ def _record(lift: tuple, entry: lowering.Lowering, cache: dict, func: OpOverload
         template = (template[0], template[1] + (("rng", _slot(len(values))),))
         values.append(rng.key_for_next_op(device))
     node = ir.Node(func, entry, template, values, avals, device, key_hash)
+    if view is not None:
+        return _view_outputs(node, structure, func, args, kwargs)
     if structure is None:
         return new_tensor(XLATensor, node, 0)
     return structure(None if a is None else new_tensor(XLATensor, node, i)
                      for i, a in enumerate(avals))
+
+
+def _view_outputs(node: ir.Node, structure: Any, func: OpOverload, args: tuple,
+                  kwargs: dict) -> Any:
+    found = layout.of_view(func, args, kwargs)
+    if structure is None:
+        return new_tensor(XLATensor, node, 0, *(found[0] or ()) if found else ())
+    return structure(new_tensor(XLATensor, node, i, *(found[i] or ()) if found else ())
+                     for i in range(len(node.avals)))
 
 
 def _to_meta(a: Any) -> Any:

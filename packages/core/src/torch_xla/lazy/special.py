@@ -13,7 +13,7 @@ import jax
 import torch
 
 from torch_xla import _metrics, lowering
-from torch_xla.lazy import dispatch, fallback, functional, graph, ir, nodes, transfer
+from torch_xla.lazy import dispatch, fallback, functional, graph, ir, layout, nodes, transfer
 from torch_xla.lazy.dispatch import special
 from torch_xla.lazy.tensor import XLATensor, device_index, device_mismatch_error, uninitialized
 
@@ -182,15 +182,16 @@ def _filled_like(func, args, kwargs):
     return nodes.device_scalar(value, kwargs.get("dtype") or t.dtype, t._node.device)
 
 
-@special(
-    aten.detach.default,
-    aten.alias.default,
-    aten.clone.default,
-    aten.detach_copy.default,
-    aten.alias_copy.default,
-)
+@special(aten.detach.default, aten.alias.default, aten.clone.default)
 def _same_value(func, args, kwargs):
     return XLATensor(*args[0].value)
+
+
+@special(aten.detach_copy.default, aten.alias_copy.default)
+def _alias_view(func, args, kwargs):
+    """The engine tensor of a view that is all of its base (`x.t().detach()`): the same
+    value and the same layout."""
+    return XLATensor(*args[0].value, *layout.same_as(args[0]))
 
 
 @special(aten.lift_fresh.default)

@@ -98,7 +98,8 @@ class XLATensor(torch.Tensor):
     __torch_function__ = torch._C._disabled_torch_function_impl
 
     @staticmethod
-    def __new__(cls, node: ir.Node, index: int = 0):
+    def __new__(cls, node: ir.Node, index: int = 0, stride: tuple | None = None,
+                offset: int | None = None):
         if _inference_mode_enabled():
             # A tensor made under `torch.inference_mode()` would be an inference tensor,
             # which has no version counter, and functionalization gives every view of a
@@ -106,11 +107,12 @@ class XLATensor(torch.Tensor):
             # "Cannot set version_counter for inference tensor". Engine tensors are never
             # inference tensors, so what the user holds behaves as a no_grad result.
             with torch.inference_mode(False):
-                return XLATensor.__new__(cls, node, index)
+                return XLATensor.__new__(cls, node, index, stride, offset)
         shape, dtype = node.avals[index]
         # positional (size, strides, storage_offset, memory_format, dtype, layout, device):
-        # torch parses them about 0.8 us faster than keywords, on every recorded op
-        t = _make_wrapper_subclass(cls, shape, None, None, None, dtype, _STRIDED,
+        # torch parses them about 0.8 us faster than keywords, on every recorded op. A
+        # view's engine tensor has its CPU strides (`layout.py`); the rest are contiguous.
+        t = _make_wrapper_subclass(cls, shape, stride, offset, None, dtype, _STRIDED,
                                    _DEVICES[node.device])
         if _run_now is not None and node.rule is not None:
             node, index = eager_value(node, index)
