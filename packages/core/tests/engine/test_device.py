@@ -97,6 +97,42 @@ def test_mixing_cpu_tensor_raises(device):
         torch.randn(2, 3).to(device).mul(torch.ones(2, 3, dtype=torch.long))
 
 
+# Writes to a CPU tensor that read an XLA tensor: PyTorch's functionalization kernels
+# failed each with "INTERNAL ASSERT FAILED ... please report a bug to PyTorch".
+CPU_WRITES = {
+    "add_": lambda cpu, xla: cpu.add_(xla),
+    "masked_fill_": lambda cpu, xla: cpu.masked_fill_(xla > 1, 0.0),
+    "index_add_": lambda cpu, xla: cpu.index_add_(0, xla.long(), xla),
+    "scatter_": lambda cpu, xla: cpu.scatter_(0, xla.long(), xla),
+    "setitem": lambda cpu, xla: cpu.__setitem__(xla.long(), xla),
+    "index_put_accumulate": lambda cpu, xla: cpu.index_put_((xla.long(),), xla, accumulate=True),
+}
+
+
+@pytest.mark.parametrize("write", CPU_WRITES.values(), ids=CPU_WRITES.keys())
+def test_an_in_place_op_on_a_cpu_tensor_reading_an_xla_tensor_raises(device, write):
+    cpu = torch.zeros(3)
+    with pytest.raises(RuntimeError, match=r"found at least two devices, xla:0 and cpu! An "
+                       r"in-place op writes to a tensor on cpu \(shape \(3,\)\)"):
+        write(cpu, torch.tensor([0.0, 2.0, 1.0]).to(device))
+    assert cpu.tolist() == [0.0, 0.0, 0.0]
+
+
+def test_an_out_tensor_on_the_cpu_for_xla_inputs_raises(device):
+    x = torch.ones(2, 2).to(device)
+    with pytest.raises(RuntimeError, match="Expected out tensor to have device xla:0, but got "
+                       "cpu instead"):
+        torch.mm(x, x, out=torch.empty(2, 2))
+    with pytest.raises(RuntimeError, match="Expected out tensor to have device xla:0"):
+        torch.max(x, 0, out=(torch.empty(2), torch.empty(2, dtype=torch.long)))
+    out = torch.empty(2, 2).to(device)  # an out tensor on the device works
+    torch.mm(x, x, out=out)
+    assert_close(out, torch.full((2, 2), 2.0))
+    cpu = torch.zeros(2, 2)  # and a CPU tensor copies from the device, as on any device
+    cpu.copy_(x)
+    assert cpu.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+
+
 def test_mixing_with_requires_grad_raises_before_autograd(device):
     w = torch.randn(3, 3, requires_grad=True).to(device)
     with pytest.raises(RuntimeError, match="Input tensor is not an XLA tensor"):

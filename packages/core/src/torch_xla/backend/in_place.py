@@ -91,11 +91,12 @@ def functional_kernel(inplace, functional,
 
 def checked_kernel(functional, original: torch._C._SafeKernelFunction):
     """The kernel of a pointwise in-place op that writes its first argument, `self`, from
-    its functional form. A call whose `self` is not a functional tensor (a CPU tensor
-    given an xla operand) goes to PyTorch's kernel, `original`, which says what is wrong."""
+    its functional form. A call whose `self` is not a functional tensor goes to PyTorch's
+    kernel, `original`, after `check_devices`."""
 
     def kernel(keyset, self, *args, **kwargs):
         if not torch._is_functional_tensor(self):
+            check_devices(self, args, kwargs)
             return original.call_boxed(keyset, self, *args, **kwargs)
         check_no_internal_overlap(self)
         out = _run_functional(functional, (self, *args), kwargs)
@@ -129,17 +130,58 @@ def check_no_internal_overlap(t: torch.Tensor) -> None:
             "zero_ included: write to the tensor that was expanded, or to a clone().)")
 
 
-def overlap_checked_kernel(original: torch._C._SafeKernelFunction):
-    """PyTorch's functionalization kernel of an in-place op, `original`, after
-    `check_no_internal_overlap` on an XLA `self` (which PyTorch's checks on meta tensors
-    let through)."""
+def guarded_kernel(original: torch._C._SafeKernelFunction):
+    """PyTorch's functionalization kernel of an in-place op, `original`, after the checks it
+    lacks for this device: `check_no_internal_overlap` on an XLA `self` (PyTorch's checks
+    on meta tensors let an overlapping one through), `check_devices` on any other."""
 
     def kernel(keyset, self, *args, **kwargs):
-        if 0 in self.stride() and self.device.type == "xla":
+        if not torch._is_functional_tensor(self):
+            check_devices(self, args, kwargs)
+        elif self.device.type == "xla" and 0 in self.stride():
             check_no_internal_overlap(self)
         return original.call_boxed(keyset, self, *args, **kwargs)
 
     return kernel
+
+
+def out_kernel(original: torch._C._SafeKernelFunction, outs: tuple[str, ...]):
+    """PyTorch's functionalization kernel of an `out=` variant, `original`, after refusing
+    an `out` tensor off the device given XLA inputs (PyTorch's kernel fails with an
+    internal assert), in the words of PyTorch's own check on CUDA."""
+
+    def kernel(keyset, *args, **kwargs):
+        for name in outs:
+            out = kwargs.get(name)
+            if isinstance(out, torch.Tensor) and not torch._is_functional_tensor(out):
+                device = _xla_device_among(args)
+                if device is not None:
+                    raise RuntimeError(f"Expected out tensor to have device {device}, but "
+                                       f"got {out.device} instead")
+        return original.call_boxed(keyset, *args, **kwargs)
+
+    return kernel
+
+
+def _xla_device_among(args) -> torch.device | None:
+    for a in args:
+        for t in a if isinstance(a, (list, tuple)) else (a,):
+            if isinstance(t, torch.Tensor) and t.device.type == "xla":
+                return t.device
+    return None
+
+
+def check_devices(self: torch.Tensor, args: tuple, kwargs: dict) -> None:
+    """Refuse an in-place op writing to a tensor off the device, `self`, that reads an XLA
+    tensor (`cpu_tensor.add_(xla_tensor)`); PyTorch's kernel fails with an internal assert
+    ("mutating a non-functional tensor with a functional tensor is not allowed")."""
+    device = _xla_device_among((*args, *kwargs.values()))
+    if device is not None:
+        raise RuntimeError(
+            f"Expected all tensors to be on the same device, but found at least two "
+            f"devices, {device} and {self.device}! An in-place op writes to a tensor on "
+            f"{self.device} (shape {tuple(self.shape)}) and reads a tensor on {device}: move "
+            f"the operand with `.to('{self.device.type}')`, or write to a tensor on {device}.")
 
 
 def _type_name(dtype: torch.dtype) -> str:
@@ -182,36 +224,50 @@ _NOT_ELEMENT_WRITES = ("as_strided_", "detach_", "squeeze_", "unsqueeze_", "swap
                        "_resize", "sparse_", "_coalesced_", "copy_sparse", "_mkldnn")
 
 
-def overlap_checked_ops(skip: Collection[str]) -> list[str]:
-    """The in-place ATen overloads ("relu_", "fill_.Scalar", ...) writing the elements of
-    their first argument alone, with a functionalization kernel of PyTorch's, less those
-    named in `skip` and those whose tensor arguments may be Python numbers (add_, mul_,
-    ...: PyTorch's boxed kernel would refuse the number handed back)."""
-    found = []
+def guarded_ops(skip: Collection[str]) -> tuple[list[str], list[tuple[str, tuple[str, ...]]]]:
+    """The ATen overloads with a functionalization kernel of PyTorch's that get ours:
+
+    - the in-place ops ("relu_", "fill_.Scalar", ...) writing the elements of their first
+      argument alone;
+    - the `out=` variants, each with the names of the arguments it writes;
+
+    less those named in `skip` and those whose tensor arguments may be Python numbers
+    (add_, mul.out, ...: PyTorch's boxed kernel would refuse the number handed back).
+    """
+    in_place, outs = [], []
     for full in torch._C._dispatch_get_all_op_names():
         name = full.removeprefix("aten::")
         packet = name.partition(".")[0]
-        if (name == full or not packet.endswith("_") or packet.endswith("__") or name in skip
-                or packet.startswith(_NOT_ELEMENT_WRITES)
+        if (name == full or name in skip or packet.startswith(_NOT_ELEMENT_WRITES)
                 or torch._C._should_allow_numbers_as_tensors(packet)
                 or not torch._C._dispatch_has_kernel_for_dispatch_key(full, "Functionalize")):
             continue
         arguments = overload(name)._schema.arguments
         writes = [a.alias_info is not None and a.alias_info.is_write for a in arguments]
-        if arguments and str(arguments[0].type) == "Tensor" and writes[0] and not any(writes[1:]):
-            found.append(name)
-    return found
+        if not any(writes):
+            continue
+        if writes[0]:
+            if (str(arguments[0].type) == "Tensor" and not any(writes[1:])
+                    and packet.endswith("_") and not packet.endswith("__")):
+                in_place.append(name)
+        elif all(a.kwarg_only for a, w in zip(arguments, writes, strict=True) if w):
+            outs.append((name, tuple(a.name for a, w in zip(arguments, writes, strict=True)
+                                     if w)))
+    return in_place, outs
 
 
 def register(library: torch.library.Library, skip: Collection[str]) -> None:
-    """Register `checked_kernel` for the pointwise ops and `overlap_checked_kernel` for the
-    other in-place ops on one tensor, except those in `skip` (registered elsewhere)."""
+    """Register `checked_kernel` for the pointwise ops, `guarded_kernel` for the other
+    in-place ops on one tensor and `out_kernel` for the `out=` variants, except those in
+    `skip` (registered elsewhere)."""
     for inplace, functional in POINTWISE_OPS:
         original = torch.library.get_kernel(f"aten::{inplace}", "Functionalize")
         library.impl(inplace, checked_kernel(overload(functional), original),
                      "Functionalize", with_keyset=True)
-    ours = {inplace for inplace, _ in POINTWISE_OPS} | set(skip)
-    for name in overlap_checked_ops(ours):
+    in_place, outs = guarded_ops({inplace for inplace, _ in POINTWISE_OPS} | set(skip))
+    for name in in_place:
         original = torch.library.get_kernel(f"aten::{name}", "Functionalize")
-        library.impl(name, overlap_checked_kernel(original), "Functionalize",
-                     with_keyset=True)
+        library.impl(name, guarded_kernel(original), "Functionalize", with_keyset=True)
+    for name, written in outs:
+        original = torch.library.get_kernel(f"aten::{name}", "Functionalize")
+        library.impl(name, out_kernel(original, written), "Functionalize", with_keyset=True)
