@@ -238,3 +238,45 @@ def test_a_uniform_write_to_an_expanded_view_is_refused_on_the_device(device, wr
     assert lazy.cpu().tolist() == [1.0] * 4
     lazy[:2].fill_(5)  # a write through a view without shared elements goes through
     assert lazy.cpu().tolist() == [5.0, 5.0, 1.0, 1.0]
+
+
+# as_strided on a view made on the device indexes its base's storage, as on the CPU.
+AS_STRIDED_CASES = {
+    "default_offset": lambda x: x.reshape(-1)[5:15].as_strided((2, 2), (1, 2)),
+    "offset_in_the_view": lambda x: x.reshape(-1)[5:15].as_strided((2, 2), (1, 2), 10),
+    "transposed": lambda x: x.t().as_strided((3, 2), (6, 1), 1),
+    "strided_columns": lambda x: x[:, ::2].as_strided((2, 3), (6, 2), 0),
+}
+
+
+@pytest.mark.parametrize("make", AS_STRIDED_CASES.values(), ids=AS_STRIDED_CASES.keys())
+def test_as_strided_on_a_view_reads_the_base_storage(device, make):
+    """Before, the device indexed the view's own elements as if they were the storage:
+    `x.reshape(-1)[5:15].as_strided((2, 2), (1, 2), 10)` read elements 10-13 of the view."""
+    eager = make(torch.arange(24.0).reshape(4, 6))
+    lazy = make(torch.arange(24.0).reshape(4, 6).to(device))
+    assert (lazy.stride(), lazy.storage_offset()) == (eager.stride(), eager.storage_offset())
+    assert_close(lazy, eager)
+
+
+def test_as_strided_scatter_into_a_transposed_tensor(device):
+    """The scatter indexes a clone of its input laid out as the input (a fresh tensor's
+    layout is contiguous: only the values are compared)."""
+    def scatter(x):
+        src = -torch.arange(6.0, device=x.device).reshape(3, 2)
+        return torch.as_strided_scatter(x.t(), src, (3, 2), (1, 6), 2)
+
+    eager = scatter(torch.arange(24.0).reshape(4, 6))
+    assert_close(scatter(torch.arange(24.0).reshape(4, 6).to(device)), eager)
+
+
+def test_as_strided_outside_what_the_device_holds_is_refused(device):
+    view = torch.arange(20.0).to(device)[5:15]
+    with pytest.raises(RuntimeError, match="reads storage the view does not cover"):
+        view.as_strided((2, 2), (1, 2), 0)
+    plain = torch.arange(10.0).to(device)  # its storage is its elements: CPU's bounds check
+    with pytest.raises(RuntimeError, match="requiring a storage size of 56 are out of bounds "
+                       "for storage of size 40"):
+        plain.as_strided((2, 2), (1, 2), 10)
+    with pytest.raises(RuntimeError, match="Negative strides are not supported"):
+        plain.as_strided((2, 2), (1, -2), 3)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import torch
 from torch._ops import OpOverload
 
@@ -122,3 +123,63 @@ def _layouts(func: OpOverload, x: torch.Tensor, args: tuple,
 def same_as(t: torch.Tensor) -> tuple[Any, ...]:
     """The layout arguments of a tensor that views all of `t` as it is (an alias)."""
     return () if is_plain(t) else (t.stride(), t.storage_offset())
+
+
+def storage_gather(t: torch.Tensor, size: tuple, stride: tuple, offset: int | None,
+                   scatter: bool = False) -> np.ndarray:
+    """For each element of `t.as_strided(size, stride, offset)` on the CPU, the index in
+    `t`'s value (flat, row-major) of the element of `t` at that storage location; with
+    `scatter`, the same for `as_strided_scatter(t, src, size, stride, offset)`, which
+    indexes a clone of `t` (its layout, or a contiguous one, from storage offset 0).
+
+    The engine keeps a view's elements, not its base's storage: the CPU reads storage,
+    so a location no element of `t` lays on cannot be read here, and is refused."""
+    shape = tuple(t.shape)
+    laid_out = _meta(t).clone() if scatter else t
+    t_stride, t_offset = laid_out.stride(), laid_out.storage_offset()
+    held = _positions(shape, t_stride, t_offset).reshape(-1)
+    wanted = _positions(tuple(size), tuple(stride), t_offset if offset is None else offset)
+    if held.size == 0 or wanted.size == 0:
+        return np.zeros(wanted.shape, dtype=np.int64)
+    low = int(held.min())
+    lookup = np.full(int(held.max()) - low + 1, -1, dtype=np.int64)
+    lookup[held - low] = np.arange(held.size)
+    inside = (wanted >= low) & (wanted - low < lookup.size)
+    found = np.where(inside, lookup[np.clip(wanted - low, 0, lookup.size - 1)], -1)
+    if (found < 0).any():
+        raise RuntimeError(
+            f"as_strided(size={list(size)}, stride={list(stride)}, storage_offset={offset}) "
+            f"on a view of an XLA tensor (size {list(shape)}, stride {list(t_stride)}, "
+            f"storage offset {t_offset}) reads storage the view does not cover: the device "
+            "holds a view's elements, not its base's memory. Call as_strided on the base "
+            "tensor instead.")
+    return found
+
+
+def check_as_strided(t: torch.Tensor, size: tuple, stride: tuple, offset: int | None) -> None:
+    """The CPU's checks of `as_strided` on `t` with a fresh tensor's layout (its storage is
+    its elements), in its words: a location outside them would be read from the wrong
+    element (XLA clamps indices) instead of refused."""
+    if any(s < 0 for s in stride):
+        raise RuntimeError("as_strided: Negative strides are not supported at the moment, "
+                           f"got strides: {list(stride)}")
+    offset = t.storage_offset() if offset is None else offset
+    if any(n == 0 for n in size):
+        return
+    itemsize = t.element_size()
+    needed = (offset + 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True))) * itemsize
+    if needed > t.numel() * itemsize:
+        raise RuntimeError(
+            f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, "
+            f"and itemsize {itemsize} requiring a storage size of {needed} are out of bounds "
+            f"for storage of size {t.numel() * itemsize}")
+
+
+def _positions(size: tuple, stride: tuple, offset: int) -> np.ndarray:
+    """The storage location of each element of a tensor laid out as (size, stride, offset)."""
+    index = np.full(size, offset, dtype=np.int64)
+    for axis, (n, s) in enumerate(zip(size, stride, strict=True)):
+        shape = [1] * len(size)
+        shape[axis] = n
+        index = index + (np.arange(n, dtype=np.int64) * s).reshape(shape)
+    return index

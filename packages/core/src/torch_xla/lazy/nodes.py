@@ -76,15 +76,18 @@ def engine_node(
 
 def custom(
     rule: Callable, op: str, inputs: Sequence[XLATensor], static: dict,
-    out_avals: Sequence[ir.Aval],
+    out_avals: Sequence[ir.Aval], layouts: Sequence[tuple] | None = None,
 ) -> list[XLATensor]:
-    """Record `rule(*inputs, **static)`, an op that is not ATen's (a collective, say)."""
+    """Record `rule(*inputs, **static)`, an op that is not ATen's (a collective, say);
+    `layouts[i]`, if given, is output i's (strides, storage offset) (`layout.py`)."""
     device = inputs[0]._node.device
     values = [(t._node, t._index) for t in inputs]
     template = (tuple(ir.Slot(i) for i in range(len(inputs))), tuple(sorted(static.items())))
     key_hash = hash((op, template, tuple(n.avals[i] for n, i in values), tuple(out_avals)))
     node = ir.Node(op, rule, template, values, tuple(out_avals), device, key_hash)
-    return [XLATensor(node, i) for i in range(len(out_avals))]
+    if layouts is None:
+        return [XLATensor(node, i) for i in range(len(out_avals))]
+    return [XLATensor(node, i, *(found or ())) for i, found in enumerate(layouts)]
 
 
 def _full(shape, np_dtype, value):

@@ -194,6 +194,47 @@ def _alias_view(func, args, kwargs):
     return XLATensor(*args[0].value, *layout.same_as(args[0]))
 
 
+# (input layout, as_strided arguments) -> index of each requested element in the input.
+_GATHERS: dict[tuple, Any] = {}
+
+
+def _gathered(x, *, key):
+    return x.reshape(-1)[_GATHERS[key]]
+
+
+def _scattered(x, src, *, key):
+    index = _GATHERS[key].reshape(-1)
+    return x.reshape(-1).at[index].set(src.reshape(-1).astype(x.dtype)).reshape(x.shape)
+
+
+@special(aten.as_strided_copy.default, aten.as_strided_scatter.default)
+def _as_strided(func, args, kwargs):
+    """`as_strided` indexes storage. The lowering indexes its input's value as if that
+    were the storage, which holds for a tensor with a fresh tensor's layout (after the
+    CPU's bounds checks); for a view (`x[5:15].as_strided(...)`) the requested locations
+    are mapped to the view's elements first (`layout.storage_gather`), and a location
+    the view does not cover is refused instead of read from the wrong element."""
+    x = args[0]
+    scatter = func is aten.as_strided_scatter.default
+    size, stride, *rest = args[2:] if scatter else args[1:]
+    offset = rest[0] if rest else kwargs.get("storage_offset")
+    size, stride = tuple(size), tuple(stride)
+    if layout.is_plain(x):
+        layout.check_as_strided(x, size, stride, offset)
+        return dispatch.record_lowered(func, args, kwargs)
+    key = (scatter, tuple(x.shape), x.stride(), x.storage_offset(), size, stride, offset)
+    if key not in _GATHERS:
+        _GATHERS[key] = layout.storage_gather(x, size, stride, offset, scatter)
+    if scatter:
+        src = args[1]
+        if type(src) is not XLATensor:
+            return dispatch.record_lowered(func, args, kwargs)  # says what is wrong
+        return nodes.custom(_scattered, "xla::as_strided_scatter", [x, src], {"key": key},
+                            [(tuple(x.shape), x.dtype)])[0]
+    return nodes.custom(_gathered, "xla::as_strided", [x], {"key": key}, [(size, x.dtype)],
+                        layout.of_view(func, args, kwargs) or [None])[0]
+
+
 @special(aten.lift_fresh.default)
 def _lift_fresh(func, args, kwargs):
     """`torch.tensor(data, device=xla)` ends here: the new tensor becomes a user tensor.
