@@ -36,6 +36,21 @@ def test_missing_device_index_is_a_clear_error():
         xm.xla_device(7)
 
 
+@pytest.mark.parametrize("make", [
+    lambda d: torch.ones(2, device=d),
+    lambda d: torch.empty(2, device=d),
+    lambda d: torch.randn(2, device=d),
+    lambda d: torch.arange(3, device=d),
+    lambda d: torch.tensor([1.0], device=d),
+    lambda d: torch.tril_indices(3, 3, device=d),  # computed on the CPU, then moved
+], ids=["ones", "empty", "randn", "arange", "tensor", "tril_indices"])
+def test_a_factory_on_a_missing_device_raises_at_once(device, make):
+    """Before, the value was recorded for xla:7 and the error came at the sync computing
+    it (`torch.empty` never raised)."""
+    with pytest.raises(RuntimeError, match="xla:7 does not exist: this process has"):
+        make("xla:7")
+
+
 def test_to_device_and_back(device):
     cpu = torch.randn(3, 4)
     x = cpu.to(device)

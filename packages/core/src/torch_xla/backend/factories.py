@@ -43,9 +43,9 @@ FACTORIES = (
 
 
 def _index(device) -> int:
-    from torch_xla.lazy import tensor
+    from torch_xla.lazy import nodes
 
-    return tensor.device_index(device)
+    return nodes.target_device(device)
 
 
 def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):

@@ -29,7 +29,7 @@ from torch.utils import _pytree as pytree
 from torch_xla import _metrics, lowering
 from torch_xla.lazy import fallback, functional, ir, layout, nodes, rewrites, rng, tensor
 from torch_xla.lazy.nodes import Lifted
-from torch_xla.lazy.tensor import XLATensor, device_index, device_mismatch_error, new_tensor
+from torch_xla.lazy.tensor import XLATensor, device_mismatch_error, new_tensor
 from torch_xla.pjrt import threads
 
 aten = torch.ops.aten
@@ -343,7 +343,7 @@ def _device_arg(kwargs: dict) -> int | None:
     device = kwargs.get("device")
     if device is None:
         return None
-    return device_index(device)
+    return nodes.target_device(device)
 
 
 def record(func: OpOverload, entry: lowering.Lowering, args: tuple, kwargs: dict) -> Any:

@@ -13,7 +13,7 @@ from torch.utils import _pytree as pytree
 
 from torch_xla import _metrics
 from torch_xla.lazy import graph, nodes, transfer
-from torch_xla.lazy.tensor import XLATensor, device_index, not_xla_error
+from torch_xla.lazy.tensor import XLATensor, not_xla_error
 
 
 def run_cpu(func: OpOverload, args: tuple, kwargs: dict) -> Any:
@@ -53,7 +53,7 @@ def _cpu_arg(a: Any) -> Any:
 
 
 def _device_of(kwargs: dict) -> int:
-    return device_index(kwargs.get("device"))
+    return nodes.target_device(kwargs.get("device"))
 
 
 def _to_xla(o: Any, device: int, by_id: dict) -> Any:

@@ -19,11 +19,21 @@ from torch._ops import OpOverload
 
 from torch_xla import _metrics
 from torch_xla.lazy import dtype_policy, ir, transfer
-from torch_xla.lazy.tensor import XLATensor, not_xla_error
+from torch_xla.lazy.tensor import XLATensor, device_index, not_xla_error
+from torch_xla.pjrt.client import client
 
 Value = tuple[ir.Node, int]
 
 # --- device data and engine nodes ------------------------------------------------------
+
+
+def target_device(device: Any) -> int:
+    """The index of the xla device a factory names (`device=`; None: the thread's current
+    one), checked to exist now: a value recorded for a missing device would fail only at
+    the sync that computes it, far from the line that made it."""
+    index = device_index(device)
+    client().device(index)  # raises "xla:N does not exist: this process has ..."
+    return index
 
 
 def data(array, dtype: torch.dtype, device: int) -> ir.Data:

@@ -153,7 +153,8 @@ def _local_scalar_dense(func, args, kwargs):
 @special(aten.empty.memory_format, aten.empty_strided.default)
 def _empty(func, args, kwargs):
     dtype = kwargs.get("dtype") or torch.get_default_dtype()
-    return uninitialized(nodes.full(tuple(args[0]), dtype, 0, device_index(kwargs.get("device"))))
+    return uninitialized(nodes.full(tuple(args[0]), dtype, 0,
+                                    nodes.target_device(kwargs.get("device"))))
 
 
 @special(aten.empty_like.default, aten.new_empty.default, aten.new_empty_strided.default)
