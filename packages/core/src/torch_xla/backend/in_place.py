@@ -113,8 +113,10 @@ def checked_kernel(functional, original: torch._C._SafeKernelFunction):
 
 
 def check_no_internal_overlap(t: torch.Tensor) -> None:
-    """Refuse to write to the XLA tensor `t` if two of its elements are one memory location
-    on the CPU (a stride of 0 over a dimension longer than 1, as `expand` makes).
+    """Refuse to write to `t`, an XLA tensor, if two of its elements are one memory
+    location on the CPU (a stride of 0 over a dimension longer than 1, as `expand` makes).
+    Other devices' tensors reaching these kernels (AOTAutograd's on the CPU) are left to
+    PyTorch.
 
     The CPU refuses most such writes with the error below. It allows a few that write one
     value to every location (`fill_`, `zero_`, `index_fill_`, a masked assignment); on
@@ -122,7 +124,8 @@ def check_no_internal_overlap(t: torch.Tensor) -> None:
     by adding each element's change to the location it shares: `fill_(5)` on three rows
     expanded from a tensor of ones gives 13. So the device refuses them too, and says so."""
     stride = t.stride()
-    if 0 in stride and any(s == 0 and n > 1 for n, s in zip(t.shape, stride, strict=True)):
+    if (0 in stride and t.device.type == "xla"
+            and any(s == 0 and n > 1 for n, s in zip(t.shape, stride, strict=True))):
         raise RuntimeError(
             "unsupported operation: more than one element of the written-to tensor refers "
             "to a single memory location. Please clone() the tensor before performing the "
@@ -132,13 +135,13 @@ def check_no_internal_overlap(t: torch.Tensor) -> None:
 
 def guarded_kernel(original: torch._C._SafeKernelFunction):
     """PyTorch's functionalization kernel of an in-place op, `original`, after the checks it
-    lacks for this device: `check_no_internal_overlap` on an XLA `self` (PyTorch's checks
-    on meta tensors let an overlapping one through), `check_devices` on any other."""
+    lacks for this device: `check_no_internal_overlap` (PyTorch's checks on meta tensors let
+    an overlapping `self` through), and `check_devices` on a `self` that is not functional."""
 
     def kernel(keyset, self, *args, **kwargs):
         if not torch._is_functional_tensor(self):
             check_devices(self, args, kwargs)
-        elif self.device.type == "xla" and 0 in self.stride():
+        else:
             check_no_internal_overlap(self)
         return original.call_boxed(keyset, self, *args, **kwargs)
 

@@ -388,10 +388,10 @@ def _record(lift: tuple, entry: lowering.Lowering, cache: dict, view: Any, func:
 
 def _view_outputs(node: ir.Node, structure: Any, func: OpOverload, args: tuple,
                   kwargs: dict) -> Any:
-    found = layout.of_view(func, args, kwargs)
+    found = layout.of_view(func, args, kwargs) or [None] * len(node.avals)
     if structure is None:
-        return new_tensor(XLATensor, node, 0, *(found[0] or ()) if found else ())
-    return structure(new_tensor(XLATensor, node, i, *(found[i] or ()) if found else ())
+        return new_tensor(XLATensor, node, 0, *(found[0] or ()))
+    return structure(new_tensor(XLATensor, node, i, *(found[i] or ()))
                      for i in range(len(node.avals)))
 
 

@@ -15,8 +15,6 @@ whose elements overlap (`x.expand(3, 4).add_(1)`) is refused as on the CPU
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import torch
 from torch._ops import OpOverload
@@ -65,13 +63,21 @@ def is_plain(t: torch.Tensor) -> bool:
     return t.storage_offset() == 0 and t.is_contiguous()
 
 
+def _extent(size: tuple, stride: tuple, offset: int) -> int:
+    """The elements of storage a tensor laid out as (size, stride, offset) reaches into
+    (0 for an empty one)."""
+    if any(n == 0 for n in size):
+        return 0
+    return offset + 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True))
+
+
 def _meta(t: torch.Tensor) -> torch.Tensor:
     """A meta tensor with `t`'s sizes, strides and storage offset."""
     stride, offset = t.stride(), t.storage_offset()
     if offset == 0:
         return torch.empty_strided(t.shape, stride, dtype=t.dtype, device="meta")
-    extent = offset + 1 + sum((n - 1) * s for n, s in zip(t.shape, stride, strict=True) if n)
-    return torch.empty(extent, dtype=t.dtype, device="meta").as_strided(t.shape, stride, offset)
+    storage = torch.empty(_extent(tuple(t.shape), stride, offset), dtype=t.dtype, device="meta")
+    return storage.as_strided(t.shape, stride, offset)
 
 
 # (view-copy op, input sizes, strides, offset, other arguments) -> `of_view`'s answer: a
@@ -120,11 +126,6 @@ def _layouts(func: OpOverload, x: torch.Tensor, args: tuple,
     return None if all(f is None for f in found) else found
 
 
-def same_as(t: torch.Tensor) -> tuple[Any, ...]:
-    """The layout arguments of a tensor that views all of `t` as it is (an alias)."""
-    return () if is_plain(t) else (t.stride(), t.storage_offset())
-
-
 def storage_gather(t: torch.Tensor, size: tuple, stride: tuple, offset: int | None,
                    scatter: bool = False) -> np.ndarray:
     """For each element of `t.as_strided(size, stride, offset)` on the CPU, the index in
@@ -164,10 +165,8 @@ def check_as_strided(t: torch.Tensor, size: tuple, stride: tuple, offset: int | 
         raise RuntimeError("as_strided: Negative strides are not supported at the moment, "
                            f"got strides: {list(stride)}")
     offset = t.storage_offset() if offset is None else offset
-    if any(n == 0 for n in size):
-        return
     itemsize = t.element_size()
-    needed = (offset + 1 + sum((n - 1) * s for n, s in zip(size, stride, strict=True))) * itemsize
+    needed = _extent(size, stride, offset) * itemsize
     if needed > t.numel() * itemsize:
         raise RuntimeError(
             f"setStorage: sizes {list(size)}, strides {list(stride)}, storage offset {offset}, "

@@ -192,7 +192,8 @@ def _same_value(func, args, kwargs):
 def _alias_view(func, args, kwargs):
     """The engine tensor of a view that is all of its base (`x.t().detach()`): the same
     value and the same layout."""
-    return XLATensor(*args[0].value, *layout.same_as(args[0]))
+    found = layout.of_view(func, args, kwargs)
+    return XLATensor(*args[0].value, *(found[0] if found else ()))
 
 
 # (input layout, as_strided arguments) -> index of each requested element in the input.
