@@ -40,10 +40,12 @@ def to_numpy(t: torch.Tensor) -> np.ndarray:
 
 
 def from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor of `dtype` sharing `array`'s memory where the types allow: `array` is
+    the caller's own (`Client.to_host` gives such arrays), so no copy is made here."""
     view = _BIT_VIEWS.get(dtype)
     if view is not None and array.dtype == view[1]:
-        bits = np.array(array, copy=True).view(np.dtype(f"int{8 * array.itemsize}"))
-        return torch.from_numpy(bits).view(dtype)  # a copy: `array` may alias a device buffer
+        bits = array.view(np.dtype(f"int{8 * array.itemsize}"))
+        return torch.from_numpy(bits).view(dtype)
     if array.dtype != dtype_policy.NATIVE[dtype]:  # a reduced storage type: back to torch's
         return from_numpy(
             array.astype(dtype_policy.NATIVE[dtype])
@@ -51,7 +53,7 @@ def from_numpy(array: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
             else array.astype(_BIT_VIEWS[dtype][1]),
             dtype,
         )
-    return torch.from_numpy(np.array(array, copy=True))
+    return torch.from_numpy(array)
 
 
 def to_device(t: torch.Tensor, index: int, layout: Any = None, local: bool = False

@@ -58,12 +58,12 @@ def place(host: np.ndarray, sharding: Any) -> jax.Array:
 
 
 def gather(array: jax.Array) -> np.ndarray:
-    """The whole value of a global array on the host (from every process's shards)."""
-    if array.is_fully_addressable:
-        return np.asarray(array)
+    """The whole value of a global array that spans other processes' devices, on the
+    host (from every process's shards), in an array of the caller's own."""
     from jax.experimental import multihost_utils
 
-    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
+    host = np.asarray(multihost_utils.process_allgather(array, tiled=True))
+    return host if host.flags.writeable else host.copy()
 
 
 def on_devices(arrays: Sequence[jax.Array], devices: tuple) -> list[jax.Array]:
