@@ -97,6 +97,7 @@ def test_a_graph_the_compiler_rejects_is_reported_with_its_ops(monkeypatch, devi
     import jax
     import torch
 
+    import torch_xla.runtime as xr
     from torch_xla.pjrt.client import Client
 
     def rejecting(self, *args, **kwargs):
@@ -108,7 +109,7 @@ def test_a_graph_the_compiler_rejects_is_reported_with_its_ops(monkeypatch, devi
     with pytest.raises(jax.errors.JaxRuntimeError) as error:
         torch.nn.functional.conv2d(x, w).cpu()
     message = str(error.value)
-    assert message.startswith("The CPU compiler rejected a graph of")
+    assert message.startswith(f"The {xr.device_type()} compiler rejected a graph of")
     assert "UNIMPLEMENTED" in message
     assert "aten.convolution.default(int64[2, 3, 4, 4], int64[5, 3, 3, 3])" in message
     assert "cast its inputs" in message
