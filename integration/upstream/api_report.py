@@ -174,12 +174,15 @@ def stale_reasons(results: Iterable[ModuleResult],
                   if isinstance(key, tuple) and key[0] in checked and key not in missing)
 
 
+HEADING = "## Upstream API, module by module"
+
+
 def render(results: list[ModuleResult],
            reasons: Mapping[str | tuple[str, str], str] = REASONS) -> str:
     total = sum(len(r.upstream.names) for r in results)
     present = sum(len(r.present) for r in results)
     lines = [
-        "## Upstream API, module by module",
+        HEADING,
         "",
         f"Written by `integration/upstream/api_report.py`: each public name of PyTorch/XLA "
         f"{RELEASE}'s modules",
@@ -227,10 +230,12 @@ def _module_section(r: ModuleResult, reasons: Mapping) -> list[str]:
 
 
 def append_section(path: pathlib.Path) -> list[str]:
-    """Append the section to `path` (a written docs/compatibility.md); return the problems."""
+    """Append the section to `path` (a written docs/compatibility.md), in place of one
+    already there; return the problems."""
     results = check_all()
-    with path.open("a") as out:
-        out.write("\n" + render(results))
+    text = path.read_text()
+    kept = text.split("\n" + HEADING + "\n", 1)[0].rstrip("\n") + "\n"
+    path.write_text(kept + "\n" + render(results))
     return unexplained(results) + stale_reasons(results)
 
 

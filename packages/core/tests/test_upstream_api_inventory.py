@@ -85,6 +85,21 @@ def test_section_counts_and_flags_unexplained_and_stale_reasons(fake_modules):
     assert text.index("fake_api_broken`:") < text.index("fake_api_good`:")  # sorted
 
 
+def test_the_section_written_twice_is_there_once(fake_modules, monkeypatch, tmp_path):
+    """run_upstream.py writes the test table, then appends the section: a second append
+    (a rerun on a written file) replaces the section instead of adding another."""
+    results = api_report.check_all(fake_modules)
+    monkeypatch.setattr(api_report, "check_all", lambda: results)
+    page = tmp_path / "compatibility.md"
+    page.write_text("# Compatibility\n\n| file | result |\n")
+    api_report.append_section(page)
+    once = page.read_text()
+    api_report.append_section(page)
+    assert page.read_text() == once
+    assert once.startswith("# Compatibility\n\n| file | result |\n\n## Upstream API")
+    assert once.count(api_report.HEADING) == 1
+
+
 def test_small_live_modules_import_and_are_explained():
     chosen = ["torch_xla.debug.metrics_compare_utils", "torch_xla.utils.serialization"]
     results = api_report.check_all({m: MODULES[m] for m in chosen})
