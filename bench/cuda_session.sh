@@ -11,6 +11,9 @@
 #   OUT=/some/folder bash bench/cuda_session.sh     # BENCH_ONLY=1: only the benchmarks
 #                                                   # KIT_ONLY=1: only the kit and the
 #                                                   # engine's linalg and conv tests
+#                                                   # ENGINE_TESTS="files": only these
+#                                                   # engine tests (paths under
+#                                                   # packages/core), on the GPU
 #
 # Every stage runs under its own time limit and the script goes on after a failed stage,
 # so one run reports all it can; logs and JSON figures land in $OUT.
@@ -52,6 +55,16 @@ if have < floor:
     import shutil
     shutil.copy("bench/older_torch_shim.py", "/tmp/site/sitecustomize.py")
 PY
+
+if [ -n "${ENGINE_TESTS:-}" ]; then
+    stage "engine tests with PJRT_DEVICE=CUDA: $ENGINE_TESTS"
+    (cd packages/core && PJRT_DEVICE=CUDA PJRT_ALLOCATOR_PREALLOCATE=false \
+        XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -s INT "${ENGINE_LIMIT:-120}" \
+        python3 -m pytest -q -p no:cacheprovider -n 6 -rfE --tb=short \
+        --junitxml="$OUT/engine.xml" $ENGINE_TESTS)
+    stage "done"
+    exit 0
+fi
 
 if [ -z "${KIT_ONLY:-}" ]; then
 stage "torch_xla modules that do not import with this image's torch and jax"
@@ -103,6 +116,8 @@ for bench in mnist_cnn small_gpt; do
 done
 stage "bench/compiled_optimizer.py: AdamW lazy or compiled, capturable or not, on the GPU"
 timeout 120 python3 bench/compiled_optimizer.py
+stage "bench/dynamo_call.py: host time of one cached torch.compile call on the GPU"
+timeout 60 python3 bench/dynamo_call.py
 
 if [ -z "${BENCH_ONLY:-}" ]; then
 stage "host cost of one recorded op"
@@ -112,7 +127,7 @@ timeout 90 python3 bench/record_per_op.py
 # CPU) with the GPU as the xla device. Interrupted, not killed, at the limit: pytest then
 # still prints its summary of failures.
 stage "engine numerics tests with PJRT_DEVICE=CUDA"
-(cd packages/core && timeout -s INT "${ENGINE_LIMIT:-170}" python3 -m pytest -q \
+(cd packages/core && timeout -s INT "${ENGINE_LIMIT:-120}" python3 -m pytest -q \
     -p no:cacheprovider -n 6 -rfE --tb=short --junitxml="$OUT/engine.xml" \
     tests/engine/test_device.py tests/engine/test_opinfo.py tests/engine/test_training.py \
     tests/engine/test_dtypes.py tests/engine/test_views.py tests/engine/test_rnn.py \
