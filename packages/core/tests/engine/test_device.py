@@ -140,12 +140,88 @@ def test_an_out_tensor_on_the_cpu_for_xla_inputs_raises(device):
         torch.mm(x, x, out=torch.empty(2, 2))
     with pytest.raises(RuntimeError, match="Expected out tensor to have device xla:0"):
         torch.max(x, 0, out=(torch.empty(2), torch.empty(2, dtype=torch.long)))
+    for number_op in (lambda out: torch.add(x, 1, out=out), lambda out: torch.mul(x, x, out=out),
+                      lambda out: torch.div(2, x, out=out)):
+        with pytest.raises(RuntimeError, match="Expected out tensor to have device xla:0"):
+            number_op(torch.empty(2, 2))
     out = torch.empty(2, 2).to(device)  # an out tensor on the device works
     torch.mm(x, x, out=out)
     assert_close(out, torch.full((2, 2), 2.0))
     cpu = torch.zeros(2, 2)  # and a CPU tensor copies from the device, as on any device
     cpu.copy_(x)
     assert cpu.tolist() == [[1.0, 1.0], [1.0, 1.0]]
+
+
+# `out=` calls whose other tensors may be Python numbers (`torch.add(x, 1, out=y)`), each
+# against eager CPU: the value and the dtype written into `out`.
+NUMBER_OUTS = {
+    "add_number": (lambda x, out: torch.add(x, 1, alpha=3, out=out), torch.float32),
+    "sub_number_self": (lambda x, out: torch.sub(2, x, alpha=2, out=out), torch.float32),
+    "mul_int_by_float": (lambda x, out: torch.mul(x.long(), 2.5, out=out), torch.float32),
+    "mul_number_self": (lambda x, out: torch.mul(2, x.long(), out=out), torch.int64),
+    "div_floor": (lambda x, out: torch.div(x.long(), 2, rounding_mode="floor", out=out),
+                  torch.int64),
+    "div_number": (lambda x, out: torch.div(x, 4, out=out), torch.float64),
+    "floor_divide": (lambda x, out: torch.floor_divide(x.long(), 2, out=out), torch.int64),
+    "add_scalar_out": (lambda x, out: torch.ops.aten.add.Scalar_out(x, 2, out=out),
+                       torch.float32),
+    "mul_tensors": (lambda x, out: torch.mul(x, x, out=out), torch.float32),
+    "add_zero_dim_self_resized": (lambda x, out: torch.add(x[0], 1, out=out), torch.float32),
+}
+
+
+@pytest.mark.parametrize("case", NUMBER_OUTS.values(), ids=NUMBER_OUTS.keys())
+def test_out_variants_given_python_numbers_match_eager_cpu(device, case):
+    op, dtype = case
+    x = torch.tensor([1.0, 2.0, 5.0])
+    expected = op(x, torch.zeros(3, dtype=dtype))
+    out = torch.zeros(3, dtype=dtype).to(device)
+    op(x.to(device), out)
+    assert out.dtype == expected.dtype
+    assert_close(out.cpu(), expected)
+
+
+def test_an_out_tensor_on_the_device_for_cpu_inputs_raises(device):
+    """PyTorch's kernel used to run these on the CPU and put the CPU result inside the XLA
+    tensor, which from then on computed on the CPU: `x + cpu_tensor` no longer raised."""
+    cpu = torch.ones(3)
+    writes = [lambda out: torch.sin(cpu, out=out), lambda out: torch.add(cpu, 1, out=out),
+              lambda out: torch.mm(torch.ones(3, 1), torch.ones(1, 1), out=out),
+              lambda out: torch.cat([cpu], out=out)]
+    for write in writes:
+        out = torch.zeros(3).to(device)
+        with pytest.raises(RuntimeError, match=r"found at least two devices, xla:0 and cpu! "
+                           r"An `out=` tensor on xla:0 was given an input on cpu"):
+            write(out)
+        assert out.cpu().tolist() == [0.0, 0.0, 0.0]
+        with pytest.raises(RuntimeError, match="Input tensor is not an XLA tensor"):
+            out + cpu  # still an XLA tensor
+    out = torch.zeros(3).to(device)  # CPU scalars move to the device, as operands do
+    torch.add(torch.tensor(1.0), torch.tensor(2.0), out=out)
+    assert_close(out.cpu(), torch.tensor(3.0))
+    torch.sin(torch.tensor(1.0), out=out)
+    assert_close(out.cpu(), torch.sin(torch.tensor(1.0)))
+    with pytest.raises(RuntimeError, match="Input tensor is not an XLA tensor"):
+        out + cpu
+
+
+def test_an_out_tensor_of_a_type_the_result_does_not_cast_to_raises(device):
+    """The CPU refuses these; PyTorch's functionalization kernel wrote the result converted
+    ([0, 0, 0] for sin of 0.7), so the device now runs the op's checks on meta tensors."""
+    x = torch.full((3,), 0.7)
+    for op in (lambda a, out: torch.sin(a, out=out),
+               lambda a, out: torch.add(a, a, out=out),
+               lambda a, out: torch.mul(a.long(), 2.5, out=out),
+               lambda a, out: torch.mm(a[None], a[:, None], out=out[:1, None])):
+        with pytest.raises(RuntimeError):
+            op(x, torch.zeros(3, dtype=torch.long))
+        out = torch.zeros(3, dtype=torch.long).to(device)
+        with pytest.raises(RuntimeError, match="cast|dtype"):
+            op(x.to(device), out)
+        assert out.cpu().tolist() == [0, 0, 0]
+    out = torch.zeros(3, dtype=torch.float64).to(device)  # a wider type is fine
+    torch.sin(x.to(device), out=out)
+    assert_close(out.cpu(), torch.sin(x).double())
 
 
 def test_mixing_with_requires_grad_raises_before_autograd(device):

@@ -148,22 +148,143 @@ def guarded_kernel(original: torch._C._SafeKernelFunction):
     return kernel
 
 
-def out_kernel(original: torch._C._SafeKernelFunction, outs: tuple[str, ...]):
-    """PyTorch's functionalization kernel of an `out=` variant, `original`, after refusing
-    an `out` tensor off the device given XLA inputs (PyTorch's kernel fails with an
-    internal assert), in the words of PyTorch's own check on CUDA."""
+def out_kernel(op: torch._ops.OpOverload, original: torch._C._SafeKernelFunction,
+               outs: tuple[str, ...], numbers: tuple | None = None):
+    """PyTorch's functionalization kernel of the `out=` variant `op`, `original`, after the
+    checks it lacks, in the words of PyTorch's own checks on the CPU and CUDA:
+
+    - an `out` tensor off the device given XLA inputs is refused (PyTorch's kernel fails
+      with an internal assert);
+    - an `out` tensor on the device given inputs on the CPU only: a 0-dim CPU tensor
+      (a scalar) moves to the device, any other is refused. PyTorch's kernel would run
+      the op on the CPU and put the CPU result inside the XLA tensor, which would from
+      then on compute on the CPU, outside every graph;
+    - the call on meta tensors (`_check_on_meta`): PyTorch's kernel converts the result
+      to `out`'s dtype whatever it is, where the CPU refuses a result type that does not
+      cast to it (`torch.sin(x, out=long_tensor)`) and checks shapes.
+
+    `numbers`, for the ops whose tensor arguments may be Python numbers (`torch.add(x, 1,
+    out=y)`; `mul.out`, `div.out`, ...): (the functional overload, the kernel of the
+    variant taking `other` as a Scalar or None, the positions of the tensor arguments).
+    PyTorch's boxed kernel refuses a number handed back from Python; a number `other`
+    goes to the Scalar variant's kernel instead, any other to the functional op
+    (`_written_from`)."""
 
     def kernel(keyset, *args, **kwargs):
-        for name in outs:
-            out = kwargs.get(name)
-            if isinstance(out, torch.Tensor) and not torch._is_functional_tensor(out):
-                device = _xla_device_among(args)
+        written = [kwargs.get(name) for name in outs]
+        inputs = (*args, *(v for k, v in kwargs.items() if k not in outs))
+        device = _xla_device_among(inputs)
+        for out in written:
+            if not isinstance(out, torch.Tensor):
+                continue
+            if not torch._is_functional_tensor(out):
                 if device is not None:
                     raise RuntimeError(f"Expected out tensor to have device {device}, but "
                                        f"got {out.device} instead")
+            elif out.device.type == "xla":
+                if device is None:
+                    args, kwargs = _scalars_to(out.device, args, kwargs, outs)
+                _check_on_meta(op, *_by_schema(op, args, kwargs))
+                break
+        if numbers is not None:
+            functional, scalar_variant, tensors = numbers
+            given = [i for i in tensors if not isinstance(args[i], torch.Tensor)]
+            if given == [1] and scalar_variant is not None:
+                return scalar_variant.call_boxed(keyset, *args, **kwargs)
+            if given:
+                return _written_from(functional, *_by_schema(op, args, kwargs), outs[0])
         return original.call_boxed(keyset, *args, **kwargs)
 
     return kernel
+
+
+def _by_schema(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """A kernel's arguments (its keyword-only ones may come positionally) as a Python call
+    of `op` takes them: keyword-only arguments by name."""
+    schema = op._schema.arguments
+    positional = [a for a, arg in zip(args, schema, strict=False) if not arg.kwarg_only]
+    named = {arg.name: a for a, arg in zip(args, schema, strict=False) if arg.kwarg_only}
+    return tuple(positional), {**named, **kwargs}
+
+
+_CHECKED: set = set()  # the calls `_check_on_meta` passed, as `_call_key` gives them
+
+
+def _call_key(a):
+    if isinstance(a, torch.Tensor):
+        return (tuple(a.shape), a.stride(), a.dtype)
+    if isinstance(a, (list, tuple)):
+        return tuple(_call_key(t) for t in a)
+    if isinstance(a, dict):
+        return tuple((k, _call_key(v)) for k, v in a.items())
+    return (type(a), a)
+
+
+def _check_on_meta(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> None:
+    """Run `op` on meta tensors of the arguments' shapes, strides and dtypes, for its
+    checks (result type against `out`'s dtype, shapes), which raise in PyTorch's words.
+    An op without a meta kernel is not checked. A call that passed is remembered by
+    those properties and its other arguments, and not run again (many meta kernels are
+    Python: 40 to 130 us per call)."""
+    try:
+        key = (op, _call_key(args), _call_key(kwargs))
+        if key in _CHECKED:
+            return
+    except TypeError:  # an unhashable argument: checked every time
+        key = None
+
+    def meta(a):
+        if isinstance(a, torch.Tensor):
+            return torch.empty_strided(a.shape, a.stride(), dtype=a.dtype, device="meta")
+        if isinstance(a, (list, tuple)):
+            return type(a)(meta(t) for t in a)
+        return a
+
+    try:
+        op(*[meta(a) for a in args], **{k: meta(v) for k, v in kwargs.items()})
+    except (NotImplementedError, TypeError):  # no meta kernel, or one that cannot take
+        pass                                   # the call (add.Scalar_out's, in torch 2.13)
+    if key is not None:
+        if len(_CHECKED) >= 10_000:
+            _CHECKED.clear()
+        _CHECKED.add(key)
+
+
+def _scalars_to(device: torch.device, args: tuple, kwargs: dict, outs: tuple[str, ...]):
+    """`args` and `kwargs` of an op writing to `device` with no XLA input: CPU scalars
+    (0-dim tensors) moved there; any other CPU tensor refused."""
+
+    def moved(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(moved(t) for t in a)
+        if not isinstance(a, torch.Tensor) or a.device == device:
+            return a
+        if a.dim() == 0:
+            return a.to(device)
+        raise RuntimeError(
+            f"Expected all tensors to be on the same device, but found at least two "
+            f"devices, {device} and {a.device}! An `out=` tensor on {device} was given an "
+            f"input on {a.device} (shape {tuple(a.shape)}): move the inputs with "
+            f"`.to('{device.type}')`, or pass an `out` tensor on {a.device}.")
+
+    return (tuple(moved(a) for a in args),
+            {k: v if k in outs else moved(v) for k, v in kwargs.items()})
+
+
+def _written_from(functional, args: tuple, kwargs: dict, out_name: str) -> torch.Tensor:
+    """An `out=` op whose `self` is a Python number, as PyTorch's functionalization kernel
+    runs it (minus its check on meta tensors): the functional op, which wraps the number
+    as PyTorch does, then its result written into `out` (cast to its dtype, resized)."""
+    out = kwargs[out_name]
+    result = _run_functional(functional, args,
+                             {k: v for k, v in kwargs.items() if k != out_name})
+    if result.dtype != out.dtype and not torch.can_cast(result.dtype, out.dtype):
+        raise RuntimeError(f"result type {_type_name(result.dtype)} can't be cast to the "
+                           f"desired output type {_type_name(out.dtype)}")
+    if not torch._is_functional_tensor(out):  # a plain tensor (no functional input)
+        return out.resize_(result.shape).copy_(result)
+    write_back(out, result)
+    return out
 
 
 def _xla_device_among(args) -> torch.device | None:
@@ -234,15 +355,15 @@ def guarded_ops(skip: Collection[str]) -> tuple[list[str], list[tuple[str, tuple
       argument alone;
     - the `out=` variants, each with the names of the arguments it writes;
 
-    less those named in `skip` and those whose tensor arguments may be Python numbers
-    (add_, mul.out, ...: PyTorch's boxed kernel would refuse the number handed back).
+    less those named in `skip` and the in-place ops whose tensor arguments may be Python
+    numbers (add_, mul_, ...: PyTorch's boxed kernel would refuse the number handed
+    back; `out_kernel` handles the numbers of the `out=` variants).
     """
     in_place, outs = [], []
     for full in torch._C._dispatch_get_all_op_names():
         name = full.removeprefix("aten::")
         packet = name.partition(".")[0]
         if (name == full or name in skip or packet.startswith(_NOT_ELEMENT_WRITES)
-                or torch._C._should_allow_numbers_as_tensors(packet)
                 or not torch._C._dispatch_has_kernel_for_dispatch_key(full, "Functionalize")):
             continue
         arguments = overload(name)._schema.arguments
@@ -251,7 +372,8 @@ def guarded_ops(skip: Collection[str]) -> tuple[list[str], list[tuple[str, tuple
             continue
         if writes[0]:
             if (str(arguments[0].type) == "Tensor" and not any(writes[1:])
-                    and packet.endswith("_") and not packet.endswith("__")):
+                    and packet.endswith("_") and not packet.endswith("__")
+                    and not torch._C._should_allow_numbers_as_tensors(packet)):
                 in_place.append(name)
         elif all(a.kwarg_only for a, w in zip(arguments, writes, strict=True) if w):
             outs.append((name, tuple(a.name for a, w in zip(arguments, writes, strict=True)
@@ -271,6 +393,44 @@ def register(library: torch.library.Library, skip: Collection[str]) -> None:
     for name in in_place:
         original = torch.library.get_kernel(f"aten::{name}", "Functionalize")
         library.impl(name, guarded_kernel(original), "Functionalize", with_keyset=True)
+    originals = {name: torch.library.get_kernel(f"aten::{name}", "Functionalize")
+                 for name, _ in outs}
     for name, written in outs:
-        original = torch.library.get_kernel(f"aten::{name}", "Functionalize")
-        library.impl(name, out_kernel(original, written), "Functionalize", with_keyset=True)
+        library.impl(name, out_kernel(overload(name), originals[name], written,
+                                      _numbers(name, originals)),
+                     "Functionalize", with_keyset=True)
+
+
+# The functional form of each `out=` variant whose tensor arguments may be Python numbers,
+# and its variant taking `other` as a Scalar (whose kernel runs a number `other`).
+_NUMBER_FORMS = {
+    "add.out": ("add.Tensor", "add.Scalar_out"),
+    "add.Scalar_out": ("add.Scalar", None),
+    "sub.out": ("sub.Tensor", "sub.Scalar_out"),
+    "sub.Scalar_out": ("sub.Scalar", None),
+    "mul.out": ("mul.Tensor", "mul.Scalar_out"),
+    "mul.Scalar_out": ("mul.Scalar", None),
+    "div.out": ("div.Tensor", "div.Scalar_out"),
+    "div.out_mode": ("div.Tensor_mode", "div.Scalar_mode_out"),
+    "div.Scalar_out": ("div.Scalar", None),
+    "div.Scalar_mode_out": ("div.Scalar_mode", None),
+    "floor_divide.out": ("floor_divide.default", "floor_divide.Scalar_out"),
+    "floor_divide.Scalar_out": ("floor_divide.Scalar", None),
+    "copy.out": ("copy.default", None),
+    "_to_copy.out": ("_to_copy.default", None),
+}
+
+
+def _numbers(name: str, originals: dict) -> tuple | None:
+    """`out_kernel`'s `numbers` for the `out=` variant `name`, or None: its tensors can
+    only be tensors. `originals`: PyTorch's kernels of the `out=` variants, by name."""
+    if not torch._C._should_allow_numbers_as_tensors(name.partition(".")[0]):
+        return None
+    functional, scalar_variant = _NUMBER_FORMS.get(name, (None, None))
+    if functional is None:
+        raise RuntimeError(f"aten::{name} may take Python numbers for tensors: give it its "
+                           "functional form in in_place._NUMBER_FORMS")
+    tensors = tuple(i for i, a in enumerate(overload(name)._schema.arguments)
+                    if not a.kwarg_only and str(a.type) == "Tensor")
+    variant = originals[scalar_variant] if scalar_variant is not None else None
+    return overload(functional), variant, tensors
