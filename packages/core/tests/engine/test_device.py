@@ -224,6 +224,30 @@ def test_an_out_tensor_of_a_type_the_result_does_not_cast_to_raises(device):
     assert_close(out.cpu(), torch.sin(x).double())
 
 
+MATRIX_RANKS = {
+    "default": lambda a, out: torch.linalg.matrix_rank(a, out=out),
+    "tol": lambda a, out: torch.linalg.matrix_rank(a, 0.5, out=out),
+    "atol_rtol": lambda a, out: torch.linalg.matrix_rank(a, atol=0.1, rtol=0.01, out=out),
+    "atol_tensor": lambda a, out: torch.linalg.matrix_rank(
+        a, atol=torch.tensor(0.2).to(a.device), out=out),
+    "hermitian": lambda a, out: torch.linalg.matrix_rank(a @ a.mT, hermitian=True, out=out),
+}
+
+
+@pytest.mark.parametrize("rank", MATRIX_RANKS.values(), ids=MATRIX_RANKS.keys())
+def test_matrix_rank_writes_its_out_tensor(device, rank):
+    """PyTorch's composite kernel rebinds its `out` reference to a new tensor, given
+    tensors it counts as subclass-like (every XLA tensor), so `out` kept [0, 0, 0]."""
+    torch.manual_seed(0)
+    a = torch.randn(3, 5, 5)
+    a[1, :, :2] = 0  # rank 3
+    expected = torch.zeros(3, dtype=torch.long)
+    rank(a, expected)
+    out = torch.zeros(3, dtype=torch.long).to(device)
+    assert rank(a.to(device), out) is out
+    assert out.cpu().tolist() == expected.tolist()
+
+
 def test_mixing_with_requires_grad_raises_before_autograd(device):
     w = torch.randn(3, 3, requires_grad=True).to(device)
     with pytest.raises(RuntimeError, match="Input tensor is not an XLA tensor"):

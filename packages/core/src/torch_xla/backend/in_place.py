@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 import torch
+from torch._prims_common.wrappers import _maybe_resize_out, _safe_copy_out
 
 _FUNCTIONALIZE = torch._C.DispatchKeySet(torch._C.DispatchKey.Functionalize)
 
@@ -393,12 +394,41 @@ def register(library: torch.library.Library, skip: Collection[str]) -> None:
     for name in in_place:
         original = torch.library.get_kernel(f"aten::{name}", "Functionalize")
         library.impl(name, guarded_kernel(original), "Functionalize", with_keyset=True)
+    for name, functional in REBINDING_OUTS.items():
+        library.impl(name, written_out_kernel(overload(name), overload(functional)),
+                     "AutogradPrivateUse1")
     originals = {name: torch.library.get_kernel(f"aten::{name}", "Functionalize")
                  for name, _ in outs}
     for name, written in outs:
         library.impl(name, out_kernel(overload(name), originals[name], written,
                                       _numbers(name, originals)),
                      "Functionalize", with_keyset=True)
+
+
+# Composite `out=` kernels of PyTorch's that, given tensors it counts as subclass-like
+# (every XLA tensor: a functional wrapper), compute a new tensor and rebind their `out`
+# reference to it instead of writing into `out`, which kept its old value
+# (`torch.linalg.matrix_rank(a, out=r)`): each by name, with its functional form.
+REBINDING_OUTS = {
+    "linalg_matrix_rank.out": "linalg_matrix_rank.default",
+    "linalg_matrix_rank.out_tol_tensor": "linalg_matrix_rank.tol_tensor",
+    "linalg_matrix_rank.atol_rtol_tensor_out": "linalg_matrix_rank.atol_rtol_tensor",
+    "linalg_matrix_rank.atol_rtol_float_out": "linalg_matrix_rank.atol_rtol_float",
+}
+
+
+def written_out_kernel(op: torch._ops.OpOverload, functional: torch._ops.OpOverload):
+    """The kernel of the `out=` variant `op` from its functional form: the result
+    written into `out` (resized as `out=` resizes, cast where it casts safely)."""
+
+    def kernel(*args, **kwargs):
+        args, kwargs = _by_schema(op, args, kwargs)
+        out = kwargs.pop("out")
+        result = functional(*args, **kwargs)
+        _maybe_resize_out(out, result.shape)
+        return _safe_copy_out(copy_from=result, copy_to=out, exact_dtype=False)
+
+    return kernel
 
 
 # The functional form of each `out=` variant whose tensor arguments may be Python numbers,
