@@ -131,3 +131,35 @@ def test_errors_are_torchs(device, case):
     with pytest.raises(RuntimeError) as error:
         attempt(device)
     assert str(error.value) == str(cpu_error.value)
+
+
+def test_polygamma_in_place_matches_cpu(device):
+    """`polygamma_` has no functionalization kernel of PyTorch's; its fallback refused the
+    op on the device ("Found a custom (non-ATen) operator ...")."""
+    base = torch.rand(4, 3) + 0.5
+    for n in (0, 1, 3):
+        x, cpu = base.to(device), base.clone()
+        assert x.polygamma_(n) is x
+        assert_close(x.cpu(), cpu.polygamma_(n))
+    x, cpu = base.to(device), base.clone()
+    x[1].polygamma_(2)  # into a view: the base sees it
+    cpu[1].polygamma_(2)
+    assert_close(x.cpu(), cpu)
+
+
+def test_every_in_place_op_without_a_functionalization_kernel_gets_ours():
+    """PyTorch's functionalization fallback refuses an in-place op it has no kernel for
+    (unless the op decomposes first): once the backend is registered (ours for those in
+    `UNKERNELED`), no such ATen op is left."""
+    lacking = set()
+    for full in torch._C._dispatch_get_all_op_names():
+        name = full.removeprefix("aten::")
+        packet = name.partition(".")[0]
+        if (name == full or not packet.endswith("_") or packet.startswith("_")
+                or packet.endswith("__")):
+            continue
+        if not any(torch._C._dispatch_has_kernel_for_dispatch_key(full, key) for key in
+                   ("Functionalize", "CompositeImplicitAutograd")):
+            lacking.add(name)
+    assert not lacking, (f"in-place ops with no functionalization kernel: {sorted(lacking)}; "
+                         "give each its functional form in in_place.UNKERNELED")

@@ -394,6 +394,8 @@ def register(library: torch.library.Library, skip: Collection[str]) -> None:
     for name in in_place:
         original = torch.library.get_kernel(f"aten::{name}", "Functionalize")
         library.impl(name, guarded_kernel(original), "Functionalize", with_keyset=True)
+    for name, functional in UNKERNELED.items():
+        library.impl(name, functional_kernel(overload(name), functional), "Functionalize")
     for name, functional in REBINDING_OUTS.items():
         library.impl(name, written_out_kernel(overload(name), overload(functional)),
                      "AutogradPrivateUse1")
@@ -403,6 +405,14 @@ def register(library: torch.library.Library, skip: Collection[str]) -> None:
         library.impl(name, out_kernel(overload(name), originals[name], written,
                                       _numbers(name, originals)),
                      "Functionalize", with_keyset=True)
+
+
+# In-place ops that PyTorch gives no functionalization kernel (its fallback refuses them:
+# "Found a custom (non-ATen) operator whose output has alias annotations"), each with its
+# functional form taking the in-place op's arguments.
+UNKERNELED = {
+    "polygamma_": lambda self, n: torch.ops.aten.polygamma.default(n, self),
+}
 
 
 # Composite `out=` kernels of PyTorch's that, given tensors it counts as subclass-like
