@@ -56,12 +56,21 @@ if have < floor:
     shutil.copy("bench/older_torch_shim.py", "/tmp/site/sitecustomize.py")
 PY
 
+export PJRT_DEVICE=CUDA
+# Eager CUDA PyTorch and the XLA client share the GPU in the benchmarks: no preallocation.
+export PJRT_ALLOCATOR_PREALLOCATE=false XLA_PYTHON_CLIENT_PREALLOCATE=false
+
+# Engine tests (each result against eager torch on the host's CPU) with the GPU as the xla
+# device. Interrupted, not killed, at the limit: pytest then still prints its summary.
+engine_tests() {
+    (cd packages/core && timeout -s INT "${ENGINE_LIMIT:-120}" python3 -m pytest -q \
+        -p no:cacheprovider -n 6 -rfE --tb=short --junitxml="$OUT/engine.xml" "$@")
+}
+
 if [ -n "${ENGINE_TESTS:-}" ]; then
     stage "engine tests with PJRT_DEVICE=CUDA: $ENGINE_TESTS"
-    (cd packages/core && PJRT_DEVICE=CUDA PJRT_ALLOCATOR_PREALLOCATE=false \
-        XLA_PYTHON_CLIENT_PREALLOCATE=false timeout -s INT "${ENGINE_LIMIT:-120}" \
-        python3 -m pytest -q -p no:cacheprovider -n 6 -rfE --tb=short \
-        --junitxml="$OUT/engine.xml" $ENGINE_TESTS)
+    # shellcheck disable=SC2086 - a list of paths
+    engine_tests $ENGINE_TESTS
     stage "done"
     exit 0
 fi
@@ -86,10 +95,6 @@ print(subprocess.run(["grep", "-rln", "def shard_alike", src], capture_output=Tr
                      text=True).stdout)
 PY
 fi
-export PJRT_DEVICE=CUDA
-# Eager CUDA PyTorch and the XLA client share the GPU in the benchmarks: no preallocation.
-export PJRT_ALLOCATOR_PREALLOCATE=false XLA_PYTHON_CLIENT_PREALLOCATE=false
-
 if [ -z "${BENCH_ONLY:-}" ]; then  # BENCH_ONLY=1: only the benchmarks
 stage "torch-xla plugins --devices"
 timeout 120 python3 -m torch_xla.cli plugins --devices
@@ -123,14 +128,9 @@ if [ -z "${BENCH_ONLY:-}" ]; then
 stage "host cost of one recorded op"
 timeout 90 python3 bench/record_per_op.py
 
-# The engine's numerics tests (each op and training run against eager torch on the host's
-# CPU) with the GPU as the xla device. Interrupted, not killed, at the limit: pytest then
-# still prints its summary of failures.
 stage "engine numerics tests with PJRT_DEVICE=CUDA"
-(cd packages/core && timeout -s INT "${ENGINE_LIMIT:-120}" python3 -m pytest -q \
-    -p no:cacheprovider -n 6 -rfE --tb=short --junitxml="$OUT/engine.xml" \
-    tests/engine/test_device.py tests/engine/test_opinfo.py tests/engine/test_training.py \
-    tests/engine/test_dtypes.py tests/engine/test_views.py tests/engine/test_rnn.py \
-    tests/engine/test_device_autograd.py)
+engine_tests tests/engine/test_device.py tests/engine/test_opinfo.py \
+    tests/engine/test_training.py tests/engine/test_dtypes.py tests/engine/test_views.py \
+    tests/engine/test_rnn.py tests/engine/test_device_autograd.py
 fi
 stage "done"

@@ -104,9 +104,7 @@ def checked_kernel(functional, original: torch._C._SafeKernelFunction):
         if out.shape != self.shape:
             raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the "
                                f"broadcast shape {list(out.shape)}")
-        if out.dtype != self.dtype and not torch.can_cast(out.dtype, self.dtype):
-            raise RuntimeError(f"result type {_type_name(out.dtype)} can't be cast to the "
-                               f"desired output type {_type_name(self.dtype)}")
+        check_cast(out.dtype, self.dtype)
         write_back(self, out)  # cast to `self`'s dtype by functionalization
         return self
 
@@ -279,9 +277,7 @@ def _written_from(functional, args: tuple, kwargs: dict, out_name: str) -> torch
     out = kwargs[out_name]
     result = _run_functional(functional, args,
                              {k: v for k, v in kwargs.items() if k != out_name})
-    if result.dtype != out.dtype and not torch.can_cast(result.dtype, out.dtype):
-        raise RuntimeError(f"result type {_type_name(result.dtype)} can't be cast to the "
-                           f"desired output type {_type_name(out.dtype)}")
+    check_cast(result.dtype, out.dtype)
     if not torch._is_functional_tensor(out):  # a plain tensor (no functional input)
         return out.resize_(result.shape).copy_(result)
     write_back(out, result)
@@ -307,6 +303,14 @@ def check_devices(self: torch.Tensor, args: tuple, kwargs: dict) -> None:
             f"devices, {device} and {self.device}! An in-place op writes to a tensor on "
             f"{self.device} (shape {tuple(self.shape)}) and reads a tensor on {device}: move "
             f"the operand with `.to('{self.device.type}')`, or write to a tensor on {device}.")
+
+
+def check_cast(result: torch.dtype, target: torch.dtype) -> None:
+    """Refuse writing a result of type `result` into a tensor of type `target` where the
+    CPU refuses it, in its words."""
+    if result != target and not torch.can_cast(result, target):
+        raise RuntimeError(f"result type {_type_name(result)} can't be cast to the desired "
+                           f"output type {_type_name(target)}")
 
 
 def _type_name(dtype: torch.dtype) -> str:

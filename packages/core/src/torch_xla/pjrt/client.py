@@ -43,7 +43,6 @@ TRACE_COMPILE = "PjRtComputationClient::Compile"
 TRACE_EXECUTE = "PjRtComputationClient::ExecuteComputation"
 
 
-
 def host_copy(array: jax.Array, fetch_copies: bool) -> np.ndarray:
     """The value of a fully addressable `array` in a NumPy array of the caller's own.
 
