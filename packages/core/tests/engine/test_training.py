@@ -133,6 +133,11 @@ FUSED = {
     "sgd": lambda ps: torch.optim.SGD(ps, lr=0.1, fused=True),
     "sgd-nesterov-decay": lambda ps: torch.optim.SGD(
         ps, lr=0.1, momentum=0.9, nesterov=True, weight_decay=0.01, fused=True),
+    "adagrad": lambda ps: torch.optim.Adagrad(ps, lr=0.1, fused=True),
+    "adagrad-decays-maximize": lambda ps: torch.optim.Adagrad(
+        ps, lr=0.1, lr_decay=0.05, weight_decay=0.1, initial_accumulator_value=0.2,
+        maximize=True, fused=True),
+    "adagrad-tensor-lr": lambda ps: torch.optim.Adagrad(ps, lr=torch.tensor(0.1), fused=True),
 }
 
 

@@ -101,6 +101,17 @@ def test_fused_sgd(nesterov, first):
                   maximize=False, is_first_step=first))
 
 
+@pytest.mark.parametrize("op", [aten._fused_adagrad.default, aten._fused_adagrad.tensor_lr])
+@pytest.mark.parametrize("found_inf", [None, 0.0, 1.0])
+def test_fused_adagrad(op, found_inf):
+    params, grads, _, sums, _, steps = _optimizer_state()
+    lr = 0.1 if op is aten._fused_adagrad.default else torch.tensor(0.1)
+    kwargs = dict(lr=lr, lr_decay=0.01, weight_decay=0.1, eps=1e-10, maximize=True)
+    if found_inf is not None:
+        kwargs.update(grad_scale=torch.tensor(4.0), found_inf=torch.tensor(found_inf))
+    check_op(op, (params, grads, sums, steps), kwargs)
+
+
 @pytest.mark.parametrize("poison", [None, float("inf"), float("nan")])
 def test_amp_unscale(poison):
     grads = [torch.randn(3, 2), torch.randn(4)]

@@ -1,5 +1,5 @@
 """Functionalization kernels for the in-place ops optimizers run: the `_foreach_*` updates
-and the fused steps (`_fused_adam_`, `_fused_adamw_`, `_fused_sgd_`).
+and the fused steps (`_fused_adam_`, `_fused_adamw_`, `_fused_sgd_`, `_fused_adagrad_`).
 
 Each kernel (`in_place.functional_kernel`) does what PyTorch's generated
 functionalization kernel does, minus two of its behaviours: unwrap the arguments, run
@@ -23,7 +23,7 @@ import torch
 
 from torch_xla.backend import in_place
 
-# (in-place overload, functional overload) pairs used by SGD, Adam and AdamW.
+# (in-place overload, functional overload) pairs used by SGD, Adam, AdamW and Adagrad.
 FOREACH_OPS = [
     (f"_foreach_{name}_.{overload}", f"_foreach_{name}.{overload}")
     for name, overloads in {
@@ -41,7 +41,7 @@ FOREACH_OPS = [
 
 # The fused steps whose functional forms have lowerings (`lowering/ops/optim.py`).
 FUSED_OPS = [
-    pair for name in ("adam", "adamw", "sgd")
+    pair for name in ("adam", "adamw", "sgd", "adagrad")
     for pair in ((f"_fused_{name}_", f"_fused_{name}"),
                  (f"_fused_{name}_.tensor_lr", f"_fused_{name}.tensor_lr"))
 ]

@@ -1,4 +1,5 @@
-"""Fused optimizer steps (`_fused_adam`, `_fused_adamw`, `_fused_sgd`): functionalization
+"""Fused optimizer steps (`_fused_adam`, `_fused_adamw`, `_fused_sgd`, `_fused_adagrad`):
+functionalization
 turns the in-place `_fused_adam_` of `torch.optim.Adam(fused=True)` into these, which
 return the updated lists. The formulas follow torch's CPU fused kernels."""
 
@@ -95,6 +96,42 @@ def fused_sgd(params, grads, momentum_buffer_list, *, weight_decay, momentum, lr
         new_params.append(_skip_if_inf(found_inf, param, (param - lr * g).astype(param.dtype)))
         new_grads.append(_skip_if_inf(found_inf, grads[i], grad))
     return new_params, new_grads, new_buffers
+
+
+def _adagrad(params, grads, state_sums, state_steps, *, lr, lr_decay, weight_decay, eps,
+             maximize, grad_scale=None, found_inf=None):
+    """The updated params, grads and state sums of one Adagrad step (the step counts were
+    incremented before it, as torch's Python side does)."""
+    new_params, new_grads, new_sums = [], [], []
+    for param, grad, state_sum, step in zip(params, grads, state_sums, state_steps,
+                                            strict=True):
+        c = upcast(param.dtype)
+        unscaled = _unscale(grad, grad_scale)
+        g = unscaled.astype(c)
+        if maximize:
+            g = -g
+        p = param.astype(c)
+        if weight_decay != 0:
+            g = g + p * weight_decay
+        total = state_sum.astype(c) + g * g
+        clr = lr / (1 + (step.astype(c).reshape(()) - 1) * lr_decay)
+        p = p - clr * g / (jnp.sqrt(total) + eps)
+        new_params.append(_skip_if_inf(found_inf, param, p.astype(param.dtype)))
+        new_grads.append(_skip_if_inf(found_inf, grad, unscaled))
+        new_sums.append(_skip_if_inf(found_inf, state_sum, total.astype(state_sum.dtype)))
+    return new_params, new_grads, new_sums
+
+
+@register(aten._fused_adagrad.default)
+def fused_adagrad(params, grads, state_sums, state_steps, **kwargs):
+    """This overload also returns the step counts (its schema marks them written); the
+    step leaves them as they are."""
+    return (*_adagrad(params, grads, state_sums, state_steps, **kwargs), list(state_steps))
+
+
+@register(aten._fused_adagrad.tensor_lr)
+def fused_adagrad_tensor_lr(params, grads, state_sums, state_steps, **kwargs):
+    return _adagrad(params, grads, state_sums, state_steps, **kwargs)
 
 
 @register(aten._amp_foreach_non_finite_check_and_unscale.default)
