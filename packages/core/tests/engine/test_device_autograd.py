@@ -103,6 +103,27 @@ def test_cross_entropy_takes_float_class_targets_as_pytorch_xla_does(device):
     torch.testing.assert_close(xla_logits.grad.cpu(), logits.grad)
 
 
+@pytest.mark.parametrize("reduction", ["none", "mean", "sum"])
+@pytest.mark.parametrize("rows", [None, 3])
+def test_multilabel_margin_loss_ignores_the_labels_after_the_first_minus_one(device, reduction,
+                                                                            rows):
+    """torch's decomposition of the loss (which the device uses) counted them, and gave a
+    1-D input's unreduced loss the shape (1,)."""
+    torch.manual_seed(0)
+    target = torch.tensor([[1, -1, 0, 3], [2, 0, -1, 2], [0, 1, 2, 3]])
+    x = torch.randn(3, 4, requires_grad=True)
+    if rows is None:
+        target, x = target[1], torch.randn(4, requires_grad=True)
+    expected = torch.nn.functional.multilabel_margin_loss(x, target, reduction=reduction)
+    expected.sum().backward()
+    xla_x = x.detach().to(device).requires_grad_()
+    loss = torch.nn.functional.multilabel_margin_loss(xla_x, target.to(device),
+                                                      reduction=reduction)
+    loss.sum().backward()
+    torch.testing.assert_close(loss.cpu(), expected.detach())
+    torch.testing.assert_close(xla_x.grad.cpu(), x.grad)
+
+
 FAILING_BACKWARD = """
     import json, torch
     import torch_xla

@@ -144,6 +144,31 @@ def test_training_loss_and_grads_match_cpu(device, make, shape):
         assert_close(dict(xla_model.named_buffers())[name].cpu(), buffer, **GRAD_TOL)
 
 
+def _multilabel_loss(x, target):
+    return torch.nn.functional.multilabel_margin_loss(x, target, reduction="none")
+
+
+def test_training_graph_of_a_loss_torch_decomposes_wrongly_matches_cpu(device):
+    """AOTAutograd traces multilabel_margin_loss_forward through torch's decomposition,
+    which counts a -1-padded target's padding; graphs on the device get ours."""
+    from torch._C import DispatchKey
+
+    target = torch.tensor([[1, -1, -1, -1], [2, 0, -1, 2], [0, 1, 2, 3]])
+    x = torch.randn(3, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    expected = _multilabel_loss(x, target)
+    expected.sum().backward()
+    xla_x = x.detach().to(device).requires_grad_()
+    loss = torch.compile(_multilabel_loss, backend="openxla")(xla_x, target.to(device))
+    loss.sum().backward()
+    assert_close(loss.cpu(), expected.detach())
+    assert_close(xla_x.grad.cpu(), x.grad)
+    # other devices keep torch's kernel
+    op = torch.ops.aten.multilabel_margin_loss_forward.default
+    kernel = op.py_kernels[DispatchKey.Autograd]
+    torchs = torch._decomp.decomposition_table[op](x.detach(), target, 0)
+    torch.testing.assert_close(tuple(kernel(x.detach(), target, 0)), tuple(torchs))
+
+
 def test_training_step_with_backward_and_optimizer(device):
     model = mlp()
     xla_model = on_xla(model, device)

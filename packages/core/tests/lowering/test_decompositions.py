@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch._decomp
 from opinfo_expectations import NOT_LOWERED
 
 import torch_xla.lowering as lowering
@@ -69,11 +70,17 @@ def test_multi_margin_loss_backward(reduction, p, margin, weighted):
     _own_matches_eager(op, (grad, x[0], target[0], p, margin, weight, reduction))
 
 
+# Targets with labels after a row's first -1 (they do not count), repeats, and a row that
+# lists every class.
+MULTILABEL_TARGETS = torch.tensor([[3, 0, -1, 1, 1], [1, 2, 3, 4, 0], [-1, 2, 2, 0, 0],
+                                   [4, 4, -1, 0, 0]])
+
+
 @pytest.mark.parametrize("reduction", [0, 1, 2])
 def test_multilabel_margin_loss_backward(reduction):
     torch.manual_seed(0)
     x = torch.randn(4, 5)
-    target = torch.tensor([[3, 0, -1, 1, 1], [1, 2, 3, 4, 0], [-1, 2, 2, 0, 0], [4, 4, -1, 0, 0]])
+    target = MULTILABEL_TARGETS
     _, is_target = aten.multilabel_margin_loss_forward.default(x, target, reduction)
     grad = torch.randn(4) if reduction == 0 else torch.tensor(0.6)
     op = aten.multilabel_margin_loss_backward.default
@@ -81,6 +88,20 @@ def test_multilabel_margin_loss_backward(reduction):
     _, is_target = aten.multilabel_margin_loss_forward.default(x[0], target[0], reduction)
     grad = torch.tensor(0.6)
     _own_matches_eager(op, (grad, x[0], target[0], reduction, is_target))
+
+
+@pytest.mark.parametrize("reduction", [0, 1, 2])
+def test_multilabel_margin_loss_forward_corrects_torchs(reduction):
+    """torch's decomposition counts labels after the first -1 and shapes a 1-D input's
+    unreduced loss (1,); ours replaces it and matches the CPU kernel."""
+    torch.manual_seed(0)
+    x = torch.randn(4, 5)
+    op = aten.multilabel_margin_loss_forward.default
+    assert lowering.decompositions()[op] is not torch._decomp.decomposition_table[op]
+    _own_matches_eager(op, (x, MULTILABEL_TARGETS, reduction))
+    for row in range(4):
+        _own_matches_eager(op, (x[row], MULTILABEL_TARGETS[row], reduction))
+    _own_matches_eager(op, (x[0, 0], MULTILABEL_TARGETS[0, 1], reduction))
 
 
 def _histogram_inputs():

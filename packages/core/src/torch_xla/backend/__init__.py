@@ -12,6 +12,7 @@ import warnings
 
 import torch
 
+from torch_xla import _corrected_decompositions
 from torch_xla.backend import (
     accelerator,
     autocast,
@@ -75,6 +76,7 @@ def register() -> None:
         host_arguments.register(_library)
         autocast.register(_library)
     autograd.register()
+    _corrected_decompositions.install(NAME)
     # torch's `Tensor.is_xla` tests its built-in XLA device type, never ours; PyTorch/XLA
     # users read it as "on the xla device", and no torch code reads it.
     torch.Tensor.is_xla = property(_is_xla)

@@ -3,8 +3,11 @@
 Source order: PyTorch's Core ATen decompositions (`core_aten_decompositions()`, the set
 torch.export uses), then any other entry of `torch._decomp.decomposition_table` for ops
 that still have neither, then our own (`OWN`, for ops torch has no decomposition and no
-meta kernel for: the engine needs a meta kernel to record a lowering). Ops we lower
-natively are left out, so a native lowering always wins over a decomposition.
+meta kernel for: the engine needs a meta kernel to record a lowering), and our corrections
+of torch's (`_corrected_decompositions.CORRECTED`, where torch's decomposition disagrees
+with its own CPU kernel).
+Ops we lower natively are left out, so a native lowering always wins over a
+decomposition.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Callable
 import torch
 from torch._ops import OpOverload
 
+from torch_xla._corrected_decompositions import CORRECTED
 from torch_xla.lowering.registry import lookup
 
 # Decompositions we never apply, with the reason.
@@ -52,7 +56,11 @@ def _torch_table() -> dict[OpOverload, Callable]:
     clashes = [str(op) for op in OWN if op in table]
     if clashes:
         raise ValueError(f"torch now decomposes {clashes}: remove ours from OWN")
+    gone = [str(op) for op in CORRECTED if op not in table]
+    if gone:
+        raise ValueError(f"torch no longer decomposes {gone}: move ours from CORRECTED to OWN")
     table.update(OWN)
+    table.update({op: fn for op, (fn, _) in CORRECTED.items()})
     return {op: fn for op, fn in table.items() if str(op) not in EXCLUDED}
 
 
