@@ -169,6 +169,56 @@ def test_training_graph_of_a_loss_torch_decomposes_wrongly_matches_cpu(device):
     torch.testing.assert_close(tuple(kernel(x.detach(), target, 0)), tuple(torchs))
 
 
+class _KeyValueCache:
+    """transformers' DynamicCache starts each layer's keys as `torch.tensor([])` on the
+    device of the first update, inside the compiled forward."""
+
+    def __init__(self):
+        self.keys = None
+
+    def update(self, k):
+        if self.keys is None:
+            self.keys = torch.tensor([], dtype=k.dtype, device=k.device)
+        self.keys = torch.cat([self.keys, k], dim=-2)
+        return self.keys
+
+
+def _attend(q, k):
+    keys = _KeyValueCache().update(k * torch.tensor([1.0, 0.5, 2.0, -1.0], device=k.device))
+    return (q @ keys.transpose(-1, -2)).softmax(-1) @ keys
+
+
+@pytest.mark.parametrize("backend", ["openxla", "openxla_eval"])
+def test_a_tensor_made_from_data_inside_the_graph_is_a_constant(device, backend):
+    """Fake-tensor propagation used to meet the real device tensor `torch.tensor` made
+    (dynamo: "Input tensor is not an XLA tensor"; AOTAutograd: a fake graph constant)."""
+    torch._dynamo.reset()
+    q = torch.randn(2, 3, 4, generator=torch.Generator().manual_seed(0), requires_grad=True)
+    k = torch.randn(2, 5, 4, generator=torch.Generator().manual_seed(1), requires_grad=True)
+    expected = _attend(q, k)
+    xq, xk = (t.detach().to(device).requires_grad_() for t in (q, k))
+    got = torch.compile(_attend, backend=backend)(xq, xk)
+    assert_close(got.cpu(), expected.detach(), **TOL)
+    if backend == "openxla":
+        expected.sum().backward()
+        got.sum().backward()
+        assert_close(xq.grad.cpu(), q.grad, **GRAD_TOL)
+        assert_close(xk.grad.cpu(), k.grad, **GRAD_TOL)
+
+
+def test_tensor_from_data_under_fake_tensor_mode_is_a_fake_constant(device):
+    """As on the CPU: a fake tensor of the mode; one element is kept as its constant (the
+    mode propagates constants of at most one element)."""
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+
+    with FakeTensorMode():
+        one, two = torch.tensor([1.5], device=device), torch.tensor([1.5, -2.0], device=device)
+    for t in (one, two):
+        assert isinstance(t, FakeTensor) and t.device == device
+    assert_close(one.constant, torch.tensor([1.5]))
+    assert_close(torch.tensor([1.5, -2.0], device=device), torch.tensor([1.5, -2.0]))
+
+
 def test_training_step_with_backward_and_optimizer(device):
     model = mlp()
     xla_model = on_xla(model, device)

@@ -242,7 +242,15 @@ def _lift_fresh(func, args, kwargs):
     """`torch.tensor(data, device=xla)` ends here: the new tensor becomes a user tensor.
 
     The schema makes the result an alias of the argument (a fresh tensor nobody else
-    holds), so the engine tensor itself is wrapped: `CreateXlaTensor` counts one."""
+    holds), so the engine tensor itself is wrapped: `CreateXlaTensor` counts one.
+
+    While dispatch modes trace (dynamo's fake tensors, AOTAutograd's tracer), torch made
+    the argument on the device outside them, and the modes leave a tensor type they do
+    not know to us. Lifted on the CPU and moved under them instead, the data is a
+    constant of the traced graph, as for `torch.tensor(data, device='cuda')`."""
+    if torch._C._len_torch_dispatch_stack():
+        host = graph.to_cpu(args[0])
+        return aten._to_copy.default(func(host), device=torch.device("xla", args[0]._node.device))
     return functional.lift_fresh(args[0])
 
 
