@@ -219,6 +219,27 @@ def test_tensor_from_data_under_fake_tensor_mode_is_a_fake_constant(device):
     assert_close(torch.tensor([1.5, -2.0], device=device), torch.tensor([1.5, -2.0]))
 
 
+def test_training_through_an_op_torch_has_no_meta_kernel_for(device):
+    """fractional_max_pool3d_backward has no meta kernel in torch: fake tensors ran its real
+    kernel on the device, where a Python backend has none (backend/meta_kernels.py)."""
+    torch._dynamo.reset()
+    samples = torch.rand(1, 2, 3, generator=torch.Generator().manual_seed(0))
+
+    def pool(x):
+        return torch.nn.functional.fractional_max_pool3d(
+            x, 2, output_ratio=0.5, _random_samples=samples.to(x.device))
+
+    x = torch.randn(1, 2, 6, 6, 6, generator=torch.Generator().manual_seed(1),
+                    requires_grad=True)
+    expected = pool(x)
+    expected.square().sum().backward()
+    xla_x = x.detach().to(device).requires_grad_()
+    got = torch.compile(pool, backend="openxla")(xla_x)
+    got.square().sum().backward()
+    assert_close(got.cpu(), expected.detach())
+    assert_close(xla_x.grad.cpu(), x.grad)
+
+
 def test_training_step_with_backward_and_optimizer(device):
     model = mlp()
     xla_model = on_xla(model, device)

@@ -23,6 +23,7 @@ from torch_xla.backend import (
     host_arguments,
     in_place,
     inductor,
+    meta_kernels,
     optimizer_ops,
 )
 from torch_xla.backend.device_module import XlaDeviceModule
@@ -75,6 +76,7 @@ def register() -> None:
         in_place.register(_library, skip=host_arguments.IN_PLACE)
         host_arguments.register(_library)
         autocast.register(_library)
+        meta_kernels.register(_library)
     autograd.register()
     _corrected_decompositions.install(NAME)
     # torch's `Tensor.is_xla` tests its built-in XLA device type, never ours; PyTorch/XLA
