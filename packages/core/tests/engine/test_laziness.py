@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import copy
+
+import pytest
 import torch
 
 import torch_xla
@@ -78,6 +81,77 @@ def test_item_syncs_only_what_it_needs(device, metrics):
     assert other._is_view() is False
     torch_xla.sync()
     assert_close(other, torch.arange(4.0) * 2)
+
+
+def test_alpha_and_weight_that_change_every_step_compile_once(device, metrics):
+    """`add`/`sub`'s alpha and `lerp`'s weight are graph inputs, as `other` is (SGD's
+    `param.add_(grad, alpha=-lr)` under a schedule); values and dtypes as eager's."""
+    cpu = {
+        "f32": torch.linspace(-3, 3, 6),
+        "f16": torch.linspace(-3, 3, 6, dtype=torch.float16),
+        "f64": torch.linspace(-3, 3, 6, dtype=torch.float64),
+    }
+    ints = {"i32": torch.arange(-3, 3, dtype=torch.int32),
+            "u8": torch.arange(250, 256, dtype=torch.uint8)}
+    floating = {
+        "add": lambda t, k: t.add(t.flip(0), alpha=k),
+        "sub": lambda t, k: torch.sub(t, t * 2, alpha=k),
+        "rsub": lambda t, k: torch.rsub(t, 2.5, alpha=k),
+        "lerp": lambda t, k: t.lerp(t.flip(0), k),
+        "foreach_add": lambda t, k: torch._foreach_add([t, t * 3], [t, t], alpha=k)[1],
+        "foreach_lerp": lambda t, k: torch._foreach_lerp([t], [t.flip(0)], k)[0],
+    }
+    integer = {
+        "add": lambda t, k: t.add(t.flip(0), alpha=int(k * 10)),
+        "sub": lambda t, k: torch.sub(t, t, alpha=int(k * 10)),
+    }
+    for tensors, ops in ((cpu, floating), (ints, integer)):
+        for name, t in tensors.items():
+            for op, fn in ops.items():
+                xt = t.to(device)
+                torch_xla.sync()
+                metrics.clear_all()
+                for k in (0.3, 0.7, 1.9):
+                    expected, actual = fn(t, k), fn(xt, k)
+                    torch_xla.sync()
+                    assert actual.dtype == expected.dtype, (name, op)
+                    # the CPU rounds float16's `alpha * other` before adding: 1 ulp apart
+                    tol = {"rtol": 2e-3, "atol": 1e-3} if t.dtype == torch.float16 else {}
+                    assert_close(actual, expected, **tol)
+                assert _counts(metrics) == (1, 2), (name, op)
+
+
+@pytest.mark.parametrize("name, options", [
+    ("SGD", {"momentum": 0.9, "weight_decay": 1e-3}), ("Adam", {}), ("AdamW", {}),
+    ("RMSprop", {"momentum": 0.9}),
+])
+def test_a_one_cycle_schedule_compiles_the_step_once(device, metrics, name, options):
+    """OneCycleLR changes the learning rate and the momentum (Adam's beta1) every step;
+    both reach the ops as numbers (`alpha=-lr`, `lerp`'s weight), which are step inputs.
+    Before they were, every step compiled a new program."""
+    for foreach in (False, True):
+        torch.manual_seed(0)
+        model = torch.nn.Linear(4, 2)
+        cpu_model = copy.deepcopy(model)
+        model.to(device)
+        opts = [getattr(torch.optim, name)(m.parameters(), lr=0.1, foreach=foreach, **options)
+                for m in (model, cpu_model)]
+        schedules = [torch.optim.lr_scheduler.OneCycleLR(o, max_lr=0.5, total_steps=50)
+                     for o in opts]
+        x = torch.randn(3, 4)
+        for step in range(6):
+            if step == 3:
+                metrics.clear_all()
+            for m, opt, schedule, data in zip((model, cpu_model), opts, schedules,
+                                              (x.to(device), x), strict=True):
+                opt.zero_grad()
+                m(data).square().sum().backward()
+                opt.step()
+                schedule.step()
+            torch_xla.sync()
+        assert _counts(metrics) == (0, 3), foreach
+        for got, expected in zip(model.parameters(), cpu_model.parameters(), strict=True):
+            assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 
 def test_create_and_destroy_counters(device, metrics):

@@ -155,6 +155,14 @@ def as_xla(t: torch.Tensor, device: int) -> XLATensor:
 # a new value does not recompile (PyTorch/XLA does the same, `XLA_NO_SPECIAL_SCALARS=1`
 # included: then 0, 1 and -1 are fed too). Other scalars stay compile-time constants.
 LIFTED_ARGUMENTS = frozenset({"value", "other", "scalar", "scalars"})
+# ... and these of the ops named: `param.add_(grad, alpha=-lr)` (SGD under a learning-rate
+# schedule), `exp_avg.lerp_(grad, 1 - beta1)` (a momentum schedule), L-BFGS's
+# `q.add_(old_dirs[i], alpha=-al[i])`. Their lowerings take a 0-dim array for them.
+LIFTED_FOR = {
+    "alpha": frozenset({"aten::add", "aten::sub", "aten::rsub", "aten::_foreach_add",
+                        "aten::_foreach_sub"}),
+    "weight": frozenset({"aten::lerp", "aten::_foreach_lerp"}),
+}
 NO_SPECIAL_SCALARS = os.environ.get("XLA_NO_SPECIAL_SCALARS", "0") not in ("", "0")
 SPECIAL_SCALARS = frozenset() if NO_SPECIAL_SCALARS else frozenset({0.0, 1.0, -1.0})
 # `Tensor` too: `x / 0.37` reaches the engine as div.Tensor with a Python float.
@@ -176,7 +184,8 @@ def lift_plan(func: OpOverload) -> tuple:
     plan = []
     for i, a in enumerate(func._schema.arguments):
         kind = str(a.type)
-        if a.name in LIFTED_ARGUMENTS and kind in _LIFTABLE_TYPES:
+        named = a.name in LIFTED_ARGUMENTS or func._schema.name in LIFTED_FOR.get(a.name, ())
+        if named and kind in _LIFTABLE_TYPES:
             plan.append((None if a.kwarg_only else i, a.name))
     return tuple(plan)
 

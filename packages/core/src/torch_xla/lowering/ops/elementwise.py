@@ -297,7 +297,7 @@ def _binary(fn, a, b):
 
 @register(aten.add.Tensor, aten.add.Scalar)
 def add(a, b, alpha=1):
-    if alpha == 1:
+    if isinstance(alpha, (int, float)) and alpha == 1:  # a lifted alpha is an array
         return _binary(jnp.add, a, b)
     return _binary(lambda x, y: x + y * alpha, a, b)
 
