@@ -105,6 +105,10 @@ def test_dropout_loss_and_gradient_use_one_mask(device):
 
 
 def test_manual_seed_reproduces_across_graph_orders(device):
+    """The same seed draws the same numbers whichever program computes them. The two
+    programs here differ (the first also doubles them), and XLA may evaluate the normal
+    transform's polynomial in another order inside another fusion: equal to the last bit
+    of float32, where another seed's numbers differ by about 1."""
     torch_xla.sync()
     xm.set_rng_state(42)
     a = torch.randn(100, device=device)
@@ -112,7 +116,10 @@ def test_manual_seed_reproduces_across_graph_orders(device):
     torch_xla.sync()
     xm.set_rng_state(42)
     b = torch.randn(100, device=device)
-    assert torch.equal(b.cpu(), first)
+    torch.testing.assert_close(b.cpu(), first, rtol=2.4e-7, atol=1.2e-7)
+    torch_xla.sync()
+    xm.set_rng_state(43)
+    assert (torch.randn(100, device=device).cpu() - first).abs().max() > 0.5
 
 
 def test_ops_in_one_step_draw_different_numbers(device):

@@ -58,10 +58,11 @@ class Program:
 # XLA:CPU maps the code of each compiled program into the process in pieces (tens to
 # hundreds of mappings for a training step), and Linux caps a process's mappings
 # (vm.max_map_count, 65530 by default). Kept programs reach the cap within a few
-# hundred compilations (an LBFGS step compiles about 90 new graphs while its history
-# grows), and then every compilation failed with "LLVM compilation error: Cannot
-# allocate memory". So every `_MAPPINGS_CHECKED_EVERY` programs stored, the cache counts
-# the process's mappings; past `_MAPPINGS_SHARE` of the cap it drops its older half.
+# hundred compilations (an LBFGS step compiled about 90 new graphs while its history
+# grew, before host reads computed the tensors on their way), and then every compilation
+# failed with "LLVM compilation error: Cannot allocate memory". So every
+# `_MAPPINGS_CHECKED_EVERY` programs stored, the cache counts the process's mappings;
+# past `_MAPPINGS_SHARE` of the cap it drops its older half.
 _MAPPINGS_CHECKED_EVERY = 16
 _MAPPINGS_SHARE = 0.5
 

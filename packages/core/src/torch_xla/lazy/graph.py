@@ -199,8 +199,38 @@ def sync(tensors: Sequence[XLATensor] | None = None, step: bool = True) -> None:
 
 
 def materialize(tensors: list[XLATensor]) -> None:
-    """Compute the pending ones of `tensors` (in one graph per device)."""
-    sync([t for t in tensors if t._node.rule is not None])
+    """Compute the pending ones of `tensors` (in one graph per device), and with them every
+    live pending tensor their graph computes on the way.
+
+    A read would otherwise leave those tensors on IR that the next read or step computes
+    again from the start: L-BFGS, which reads a value on the host several times per
+    iteration, would compile ever longer graphs (each holding every iteration before it),
+    and a forward read before its backward would run twice."""
+    roots = [t for t in tensors if t._node.rule is not None]
+    if roots:
+        sync(roots + _computed_on_the_way(roots))
+
+
+def _computed_on_the_way(roots: list[XLATensor]) -> list[XLATensor]:
+    """The live pending tensors, other than `roots`, whose node is in `roots`' graph."""
+    chosen = {id(t) for t in roots}
+    others: dict[int, list[XLATensor]] = {}
+    for t in pending_tensors():
+        if id(t) not in chosen:
+            others.setdefault(id(t._node), []).append(t)
+    found: list[XLATensor] = []
+    seen: set[int] = set()
+    stack = [t._node for t in roots]
+    while stack and others:
+        node = stack.pop()
+        key = id(node)
+        if key in seen:
+            continue
+        seen.add(key)
+        if key in others:
+            found += others.pop(key)
+        stack.extend(n for n, _ in node.inputs if n.rule is not None)
+    return found
 
 
 def to_cpu(t: XLATensor) -> torch.Tensor:
