@@ -172,13 +172,36 @@ def _fused_training(device, make_optimizer, scaled=False):
 
 
 @pytest.mark.parametrize("name", sorted(FUSED))
-def test_fused_optimizer_steps_match_eager(device, name):
+def test_fused_optimizer_steps_match_eager(device, metrics, name):
     """PyTorch's functionalization kernel stopped these (without amsgrad or momentum) with
-    "mutating a non-functional tensor with a functional tensor"."""
+    "mutating a non-functional tensor with a functional tensor". The step is recorded, not
+    run on the CPU: torch has no meta kernel for most fused steps, and without ours
+    (`backend/meta_kernels.py`) the engine could not infer their shapes."""
     expected, _ = _fused_training(torch.device("cpu"), FUSED[name])
     got, _ = _fused_training(device, FUSED[name])
     for e, g in zip(expected, got, strict=True):
         assert_close(g, e, rtol=1e-5, atol=1e-6)
+    assert metrics.executed_fallback_ops() == []
+
+
+@pytest.mark.parametrize("name", ["adam", "adamw", "sgd-nesterov-decay", "adagrad"])
+def test_fused_steps_under_a_learning_rate_schedule_compile_once(device, metrics, name):
+    """A fused step takes `lr` as a float: it is a graph input, as `alpha` is."""
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 3).to(device)
+    opt = FUSED[name](model.parameters())
+    schedule = torch.optim.lr_scheduler.ExponentialLR(opt, 0.9)
+    x = torch.randn(4, 6).to(device)
+    for step in range(6):
+        if step == 3:
+            metrics.clear_all()
+        opt.zero_grad()
+        model(x).square().mean().backward()
+        opt.step()
+        schedule.step()
+        xm.mark_step()
+    assert (metrics.counter_value("UncachedCompile") or 0) == 0
+    assert metrics.counter_value("CachedCompile") == 3
 
 
 def test_fused_adamw_under_a_grad_scaler_skips_the_infinite_step(device):

@@ -157,11 +157,14 @@ def as_xla(t: torch.Tensor, device: int) -> XLATensor:
 LIFTED_ARGUMENTS = frozenset({"value", "other", "scalar", "scalars"})
 # ... and these of the ops named: `param.add_(grad, alpha=-lr)` (SGD under a learning-rate
 # schedule), `exp_avg.lerp_(grad, 1 - beta1)` (a momentum schedule), L-BFGS's
-# `q.add_(old_dirs[i], alpha=-al[i])`. Their lowerings take a 0-dim array for them.
+# `q.add_(old_dirs[i], alpha=-al[i])`, the fused optimizer steps' `float lr`. Their
+# lowerings take a 0-dim array for them.
 LIFTED_FOR = {
     "alpha": frozenset({"aten::add", "aten::sub", "aten::rsub", "aten::_foreach_add",
                         "aten::_foreach_sub"}),
     "weight": frozenset({"aten::lerp", "aten::_foreach_lerp"}),
+    "lr": frozenset({"aten::_fused_adam", "aten::_fused_adamw", "aten::_fused_sgd",
+                     "aten::_fused_adagrad"}),
 }
 NO_SPECIAL_SCALARS = os.environ.get("XLA_NO_SPECIAL_SCALARS", "0") not in ("", "0")
 SPECIAL_SCALARS = frozenset() if NO_SPECIAL_SCALARS else frozenset({0.0, 1.0, -1.0})
@@ -184,8 +187,12 @@ def lift_plan(func: OpOverload) -> tuple:
     plan = []
     for i, a in enumerate(func._schema.arguments):
         kind = str(a.type)
-        named = a.name in LIFTED_ARGUMENTS or func._schema.name in LIFTED_FOR.get(a.name, ())
-        if named and kind in _LIFTABLE_TYPES:
+        if a.name in LIFTED_ARGUMENTS:
+            liftable = kind in _LIFTABLE_TYPES
+        else:
+            liftable = (func._schema.name in LIFTED_FOR.get(a.name, ())
+                        and kind in (*_LIFTABLE_TYPES, "float"))
+        if liftable:
             plan.append((None if a.kwarg_only else i, a.name))
     return tuple(plan)
 
