@@ -224,6 +224,34 @@ def test_an_out_tensor_of_a_type_the_result_does_not_cast_to_raises(device):
     assert_close(out.cpu(), torch.sin(x).double())
 
 
+SCALAR_ARGUMENT_ERRORS = {
+    "add, integers with a float alpha": lambda t: torch.add(t, t, alpha=0.5),
+    "sub, integers with a float alpha": lambda t: torch.sub(t, t, alpha=1.5),
+    "rsub, integers with a float alpha": lambda t: torch.rsub(t, 2, alpha=0.5),
+}
+
+
+@pytest.mark.parametrize("op", SCALAR_ARGUMENT_ERRORS.values(), ids=SCALAR_ARGUMENT_ERRORS.keys())
+def test_a_refused_number_argument_raises_torchs_error(device, op):
+    """Numbers the graph takes as inputs (`alpha`, `other`, `value`) go to the CPU as the user
+    gave them when the op cannot be recorded, so the CPU's own error comes back, not one
+    about the engine's placeholder ("Expected a value of type 'number' ... 'Lifted'")."""
+    t = torch.arange(3)
+    with pytest.raises(RuntimeError) as cpu:
+        op(t)
+    with pytest.raises(RuntimeError) as ours:
+        op(t.to(device))
+    assert str(ours.value) == str(cpu.value)
+    assert "Lifted" not in str(ours.value)
+
+
+def test_an_op_without_a_meta_kernel_gets_its_numbers_on_the_cpu(device, metrics):
+    x = torch.randn(4, 5)
+    assert_close(torch.ops.aten._add_relu.Scalar(x.to(device), 0.5),
+                 torch.ops.aten._add_relu.Scalar(x, 0.5))
+    assert metrics.executed_fallback_ops() == ["aten::_add_relu"]
+
+
 MATRIX_RANKS = {
     "default": lambda a, out: torch.linalg.matrix_rank(a, out=out),
     "tol": lambda a, out: torch.linalg.matrix_rank(a, 0.5, out=out),
