@@ -116,6 +116,33 @@ def test_autograd_grad_matches_eager(device):
     assert_close(gx, g, **TOLERANCE)
 
 
+@pytest.mark.parametrize("norm", ["BatchNorm1d", "BatchNorm2d"])
+@pytest.mark.parametrize("train", [True, False], ids=["train", "eval"])
+def test_a_network_starting_with_batch_norm_trains_as_on_the_cpu(device, norm, train):
+    """The input of the first layer needs no gradient, so autograd asks batch norm's
+    backward for none: torch's meta kernel still makes one, and the lowering returned None
+    for it ("None is not a valid value for jnp.array" at the sync)."""
+    shape = (6, 4) if norm == "BatchNorm1d" else (6, 4, 3, 3)
+    torch.manual_seed(0)
+    cpu_model = torch.nn.Sequential(getattr(torch.nn, norm)(4), torch.nn.Flatten(),
+                                    torch.nn.LazyLinear(2))
+    cpu_model(torch.zeros(shape))  # size the lazy layer on the CPU
+    model = copy.deepcopy(cpu_model).to(device)
+    inputs = torch.randn(3, *shape, generator=torch.Generator().manual_seed(1))
+    for m, where in ((cpu_model, torch.device("cpu")), (model, device)):
+        m.train(train)
+        opt = torch.optim.SGD(m.parameters(), lr=0.1)
+        for x in inputs:
+            opt.zero_grad()
+            m(x.to(where)).square().mean().backward()
+            opt.step()
+            if where.type == "xla":
+                xm.mark_step()
+    for got, expected in zip(model.state_dict().values(), cpu_model.state_dict().values(),
+                                strict=True):
+        assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
 def test_backward_accumulates_into_leaf_grad(device):
     w = torch.tensor([1.0, 2.0, 3.0]).to(device).requires_grad_()
     (w * w).sum().backward()

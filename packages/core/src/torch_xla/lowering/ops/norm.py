@@ -132,10 +132,13 @@ def native_batch_norm_backward(grad, x, weight, running_mean, running_var, save_
             shape)) / n)
     else:
         grad_input = scale * g
-    results = (grad_input.astype(x.dtype),
-               None if weight is None else grad_weight.astype(weight.dtype),
-               None if weight is None else grad_bias.astype(weight.dtype))
-    return tuple(r if wanted else None for r, wanted in zip(results, output_mask, strict=False))
+    # torch's meta kernel, which gives the node its outputs, always makes the input's
+    # gradient (the CPU kernel leaves it undefined when the mask says so: autograd then
+    # drops it, and XLA drops its computation), and the weight's and bias's as the mask asks
+    dtype = x.dtype if weight is None else weight.dtype
+    grads = (grad_weight.astype(dtype), grad_bias.astype(dtype))
+    return (grad_input.astype(x.dtype),
+            *(r if wanted else None for r, wanted in zip(grads, output_mask[1:], strict=True)))
 
 
 @register(aten.batch_norm_backward.default)
