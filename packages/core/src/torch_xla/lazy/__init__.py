@@ -22,11 +22,12 @@ Modules, bottom-up (each imports only those above it in this list):
   fallback      running an op on the CPU
   dispatch      choosing the rule for each ATen op, and recording
   special       the engine's own rules, registered into dispatch's table
+  nested        the transformer fast path's nested tensors, held in padded form
   loop          a step recorded once, run as one XLA While loop (gradient accumulation)
   region        a pure function recorded once per signature as a JAX function (assume_pure)
 
-Importing the package loads `special` (and so everything else): after it, every
+Importing the package loads `special` and `nested` (and so everything else): after it, every
 ATen op on an XLA tensor reaches `dispatch.run`.
 """
 
-from torch_xla.lazy import special  # noqa: F401  (registers the engine's rules)
+from torch_xla.lazy import nested, special  # noqa: F401  (register the engine's rules)

@@ -266,3 +266,116 @@ def thnn_fused_gru_cell_backward(grad_hy, workspace, has_bias):
         return grad_input, grad_hidden, grad_hy * z, None, None
     return grad_input, grad_hidden, grad_hy * z, grad_input.sum(0), grad_hidden.sum(0)
 
+
+
+# --- the transformer fast path -----------------------------------------------------------
+# In eval mode, with no gradient wanted, nn.MultiheadAttention (self-attention) and
+# nn.TransformerEncoderLayer call these fused ops on every PrivateUse1 device, so on ours,
+# where PyTorch/XLA's `XLA` device takes the modules' unfused path. Each is the CPU
+# kernel's arithmetic written with ATen ops, so it records like the unfused path.
+# Masks follow the CPU kernel: any mask is read as "True/nonzero = left out", a 2-D mask
+# of a 4-D input is (L, L) for mask_type 0 and a key padding mask (B, L) for mask_type 1,
+# and any other mask has the input's shape.
+
+
+def _softmax_mask(x: torch.Tensor, mask: torch.Tensor, mask_type: int | None) -> torch.Tensor:
+    if mask.dtype != torch.bool:
+        raise RuntimeError("Mask should be a boolean tensor")
+    if mask.dim() == 2 and x.dim() == 4 and mask_type == 1:
+        if (x.shape[0], x.shape[2]) != tuple(mask.shape):
+            raise RuntimeError("For mask_type == 1 mask shape should be (B, L)")
+        return mask.view(x.shape[0], 1, 1, x.shape[2])
+    if mask.dim() == 2 and x.dim() == 4 and mask_type == 0:
+        if (x.shape[2], x.shape[2]) != tuple(mask.shape):
+            raise RuntimeError("For mask_type == 0 mask shape should be (L, L)")
+        return mask.view(1, 1, x.shape[2], x.shape[2])
+    if mask.shape != x.shape:
+        raise RuntimeError("Mask shape should match input shape")
+    return mask
+
+
+@_own(aten._masked_softmax.default)
+def masked_softmax(x, mask, dim=None, mask_type=None):
+    """Softmax over `dim` (the last by default) of `x` with the masked elements left out
+    (a row with every element masked is NaN, as on the CPU)."""
+    mask = _softmax_mask(x, mask, mask_type)
+    return torch.softmax(x.masked_fill(mask, float("-inf")), x.dim() - 1 if dim is None else dim)
+
+
+@_own(aten._masked_softmax_backward.default)
+def masked_softmax_backward(grad, out, mask, dim=None):
+    if grad.shape != mask.shape:
+        raise RuntimeError("Mask shape should match grad shape")
+    dim = out.dim() - 1 if dim is None else dim
+    grad = grad.masked_fill(mask, 0)
+    return (out * (grad - (grad * out).sum(dim, keepdim=True))).masked_fill(mask, 0)
+
+
+@_own(aten._native_multi_head_attention.default)
+def native_multi_head_attention(query, key, value, embed_dim, num_head, qkv_weight, qkv_bias,
+                                proj_weight, proj_bias, mask=None, need_weights=True,
+                                average_attn_weights=True, mask_type=None):
+    """(output [B, T, D], attention weights: averaged over heads [B, T, S], per head
+    [B, H, T, S], or None without need_weights)."""
+    for name, t in (("query", query), ("key", key), ("value", value)):
+        if t.dim() != 3:
+            raise RuntimeError(f"expected 3-D `{name}`, got {t.dim()}-D tensor")
+    if query.shape[2] != embed_dim:
+        raise RuntimeError(f"passed-in embed_dim {embed_dim} didn't match last dim of query "
+                           f"{query.shape[2]}")
+    if not query.shape == key.shape == value.shape:
+        raise RuntimeError("expected `query`/`key`/`value` shapes to match")
+    if tuple(qkv_weight.shape) != (3 * embed_dim, embed_dim) or tuple(qkv_bias.shape) != (
+            3 * embed_dim,):
+        raise RuntimeError(f"expected `qkv_weight` of shape [{3 * embed_dim}, {embed_dim}] and "
+                           f"`qkv_bias` of shape [{3 * embed_dim}]")
+    if embed_dim % num_head:
+        raise RuntimeError("`embed_dim` must divide evenly by `num_heads`")
+    batch, length, head_dim = query.shape[0], query.shape[1], embed_dim // num_head
+    weights, biases = qkv_weight.chunk(3), qkv_bias.chunk(3)
+
+    def heads(x, i):  # [B, T, D] -> [B, H, T, D/H]
+        x = torch.nn.functional.linear(x, weights[i], biases[i])
+        return x.view(batch, -1, num_head, head_dim).transpose(1, 2)
+
+    q = heads(query, 0) * (1.0 / head_dim**0.5)
+    scores = q @ heads(key, 1).transpose(2, 3)
+    if mask is None:
+        attention = scores.softmax(-1)
+    else:
+        attention = masked_softmax(scores, mask.bool(), 3, mask_type)
+    context = (attention @ heads(value, 2)).transpose(1, 2).reshape(batch, length, embed_dim)
+    out = torch.nn.functional.linear(context, proj_weight, proj_bias)
+    if not need_weights:
+        return out, None
+    return out, attention.sum(1) / num_head if average_attn_weights else attention
+
+
+@_own(aten._transformer_encoder_layer_fwd.default)
+def transformer_encoder_layer_fwd(src, embed_dim, num_heads, qkv_weight, qkv_bias, proj_weight,
+                                  proj_bias, use_gelu, norm_first, eps, norm_weight_1,
+                                  norm_bias_1, norm_weight_2, norm_bias_2, ffn_weight_1,
+                                  ffn_bias_1, ffn_weight_2, ffn_bias_2, mask=None,
+                                  mask_type=None):
+    """One nn.TransformerEncoderLayer: self-attention and the feed-forward block, each with
+    its residual, layer norms before (norm_first) or after them."""
+    if src.numel() == 0:
+        return src.clone()
+    f = torch.nn.functional
+
+    def norm(x, weight, bias):
+        return f.layer_norm(x, (embed_dim,), weight, bias, eps)
+
+    x = norm(src, norm_weight_1, norm_bias_1) if norm_first else src
+    x = native_multi_head_attention(x, x, x, embed_dim, num_heads, qkv_weight, qkv_bias,
+                                    proj_weight, proj_bias, mask, False, True, mask_type)[0]
+    x = x + src
+    if not norm_first:
+        x = norm(x, norm_weight_1, norm_bias_1)
+    residual = x
+    if norm_first:
+        x = norm(x, norm_weight_2, norm_bias_2)
+    x = f.linear(x, ffn_weight_1, ffn_bias_1)
+    x = f.linear(f.gelu(x) if use_gelu else f.relu(x), ffn_weight_2, ffn_bias_2)
+    x = x + residual
+    return x if norm_first else norm(x, norm_weight_2, norm_bias_2)
