@@ -9,6 +9,7 @@ import torch
 
 import torch_xla.amp
 import torch_xla.core.xla_model as xm
+import torch_xla.debug.metrics as met
 
 from .helpers import assert_close
 from .models import MNIST, TinyTransformer, lm_loss, mnist_batch, mnist_loss, token_batch
@@ -140,6 +141,34 @@ def test_a_network_starting_with_batch_norm_trains_as_on_the_cpu(device, norm, t
                 xm.mark_step()
     for got, expected in zip(model.state_dict().values(), cpu_model.state_dict().values(),
                                 strict=True):
+        assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("last", [False, True], ids=["dim0", "dim-last"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_weight_normalized_layers_train_on_the_device_as_on_the_cpu(device, last, dtype):
+    """`weight_norm` over the first or the last dimension computes its weight with torch's
+    fused `_weight_norm_interface` on our device; that kernel's backward had no rule and
+    ran on the CPU at every step."""
+    torch.manual_seed(0)
+    weight_norm = torch.nn.utils.parametrizations.weight_norm
+    cpu_model = torch.nn.ModuleList([weight_norm(torch.nn.Linear(5, 7), dim=1 if last else 0),
+                                     weight_norm(torch.nn.Conv1d(7, 3, 2), dim=2 if last else 0),
+                                     ]).to(dtype)
+    model = copy.deepcopy(cpu_model).to(device)
+    inputs = torch.randn(3, 4, 6, 5, dtype=dtype, generator=torch.Generator().manual_seed(1))
+    met.clear_all()
+    for (linear, conv), where in ((cpu_model, torch.device("cpu")), (model, device)):
+        opt = torch.optim.SGD([*linear.parameters(), *conv.parameters()], lr=0.1)
+        for x in inputs:
+            opt.zero_grad()
+            conv(linear(x.to(where)).tanh().transpose(1, 2)).square().mean().backward()
+            opt.step()
+            if where.type == "xla":
+                xm.mark_step()
+    assert met.executed_fallback_ops() == []
+    for got, expected in zip(model.state_dict().values(), cpu_model.state_dict().values(),
+                             strict=True):
         assert_close(got, expected, rtol=1e-5, atol=1e-6)
 
 

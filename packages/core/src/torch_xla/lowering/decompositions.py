@@ -204,6 +204,20 @@ def histogramdd_from_bin_tensors(x, bins, *, weight=None, density=False):
     return _histogramdd(x.reshape(-1, x.shape[-1]), list(bins), weight, density)
 
 
+@_own(aten._weight_norm_interface_backward.default)
+def weight_norm_interface_backward(grad_w, saved_v, saved_g, saved_norms, dim):
+    """(grad_v, grad_g) of w = g * v / |v|, the norm taken over every dimension but `dim`
+    (`nn.utils.parametrizations.weight_norm` reaches torch's fused form on our device),
+    computed in float32 for half-precision weights as torch's kernels do."""
+    dtype = grad_w.dtype
+    acc = torch.float32 if dtype in (torch.float16, torch.bfloat16) else dtype
+    grad_w, v, g, norms = (t.to(acc) for t in (grad_w, saved_v, saved_g, saved_norms))
+    other = [i for i in range(v.dim()) if i != dim % v.dim()]
+    grad_g = (grad_w * v).sum(other, keepdim=True) / norms
+    grad_v = g / norms * (grad_w - v * (grad_g / norms))
+    return grad_v.to(saved_v.dtype), grad_g.to(saved_g.dtype)
+
+
 # --- fused RNN cells ---------------------------------------------------------------------
 # torch's nn.LSTM/nn.GRU (and LSTMCell/GRUCell) compute each step with these fused cell
 # ops on every PrivateUse1 device, so on ours, and they have no CPU kernel; PyTorch/XLA's
