@@ -87,8 +87,8 @@ NOT_LOWERED: dict[str, str] = {
     "aten._to_sparse.sparse_dim": _SPARSE,
     "aten.sparse_sampled_addmm.default": _SPARSE,
     "aten._sparse_mm_reduce_impl.default": _SPARSE,
-    "aten._ctc_loss.default": "not yet lowered (CPU fallback)",
-    "aten._ctc_loss.Tensor": "not yet lowered (CPU fallback)",
+    "aten._ctc_loss.default": "an engine rule (its int-list lengths fed as arrays)",
+    "aten._ctc_loss.Tensor": "an engine rule (its int-list lengths fed as arrays)",
     "aten.geqrf.default": "jax has no public geqrf (and torch no meta kernel for it)",
     "aten.linalg_lstsq.default": "not yet lowered",
     "aten.linalg_ldl_factor_ex.default": "no LDL factorization in jax",
@@ -277,7 +277,6 @@ ENGINE_FALLBACKS: dict[tuple[str, str], str] = {
     ("geqrf", "*"): _NO_META + "; jax has no public geqrf",
     ("linalg.lstsq", "*"): _NO_META,
     ("linalg.lstsq.grad_oriented", "*"): _NO_META,
-    ("nn.functional.ctc_loss", "*"): "_ctc_loss_backward: " + _NO_META,
     ("nn.functional.fractional_max_pool2d", "*"): "not lowered; its pooling regions are "
     "random",
     ("linalg.ldl_factor", "*"): "no LDL factorization in jax; " + _CHECK_ERRORS,

@@ -23,6 +23,11 @@ def _fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size,
     return self.new_empty(self.shape)
 
 
+def _ctc_loss_backward(grad, log_probs, *rest, **options):
+    """The gradient for the log-probabilities: their shape and dtype."""
+    return log_probs.new_empty(log_probs.shape)
+
+
 def _fused_step(op: torch._ops.OpOverload):
     """The meta kernel of a functional fused optimizer step: its outputs are its first list
     arguments (parameters, gradients, state), each as it came in."""
@@ -47,6 +52,8 @@ _FUSED_STEPS = [getattr(getattr(torch.ops.aten, f"_fused_{name}"), overload)
 # ATen op (overload) -> meta kernel, for the ops torch 2.13 has none for.
 KERNELS = {
     "fractional_max_pool3d_backward": _fractional_max_pool3d_backward,
+    "_ctc_loss_backward": _ctc_loss_backward,
+    "_ctc_loss_backward.Tensor": _ctc_loss_backward,
     **{_name(op): _fused_step(op) for op in _FUSED_STEPS},
 }
 

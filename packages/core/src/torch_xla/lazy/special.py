@@ -13,9 +13,20 @@ import jax
 import torch
 
 from torch_xla import _metrics, lowering
-from torch_xla.lazy import dispatch, fallback, functional, graph, ir, layout, nodes, transfer
+from torch_xla.lazy import (
+    dispatch,
+    fallback,
+    functional,
+    graph,
+    ir,
+    jax_call,
+    layout,
+    nodes,
+    transfer,
+)
 from torch_xla.lazy.dispatch import special
 from torch_xla.lazy.tensor import XLATensor, device_index, device_mismatch_error, uninitialized
+from torch_xla.lowering.ops import losses
 
 aten = torch.ops.aten
 
@@ -122,6 +133,49 @@ def _index_rule(record: dispatch.Rule) -> dispatch.Rule:
 for _op in (aten.index.Tensor, aten._unsafe_index.Tensor, aten.index_put.default,
             aten._unsafe_index_put.default, aten._index_put_impl.default):
     special(_op)(_index_rule(dispatch.recorder(_op)))
+
+
+@special(aten._ctc_loss.default, aten._ctc_loss.Tensor)
+def _ctc_loss(func, args, kwargs):
+    """CTC with its lengths fed as arrays: torch's schema passes them as int lists, which
+    as constants would make every batch of new lengths a new program. The program is
+    keyed by the shapes only, log_alpha's width (2 * the longest target + 1, the CPU's)
+    among them; given as tensors, the lengths are read once for that width."""
+    return functional.decomposed(_ctc_forward, args, kwargs)
+
+
+@special(aten._ctc_loss_backward.default, aten._ctc_loss_backward.Tensor)
+def _ctc_loss_backward(func, args, kwargs):
+    return functional.decomposed(_ctc_backward, args, kwargs)
+
+
+def _lengths(lengths: Sequence[int] | torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    if isinstance(lengths, torch.Tensor):
+        return lengths.to(like.device, torch.int64)
+    return torch.tensor(list(lengths), dtype=torch.int64).to(like.device)
+
+
+def _ctc_forward(log_probs, targets, input_lengths, target_lengths, blank=0,
+                 zero_infinity=False):
+    # torch's own checks, and the outputs' shapes, from its meta kernel
+    meta = [torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (log_probs, targets)]
+    given = [x.tolist() if isinstance(x, torch.Tensor) else x
+             for x in (input_lengths, target_lengths)]
+    _, log_alpha = aten._ctc_loss.default(*meta, *given, blank, zero_infinity)
+    return jax_call.call(
+        losses.ctc_loss_forward,
+        (log_probs, targets, _lengths(input_lengths, log_probs),
+         _lengths(target_lengths, log_probs)),
+        {"width": log_alpha.shape[2], "blank": blank}, name="ctc_loss")
+
+
+def _ctc_backward(grad, log_probs, targets, input_lengths, target_lengths, neg_log_likelihood,
+                  log_alpha, blank, zero_infinity=False):
+    return jax_call.call(
+        losses.ctc_loss_backward,
+        (grad, log_probs, targets, _lengths(input_lengths, log_probs),
+         _lengths(target_lengths, log_probs), neg_log_likelihood, log_alpha),
+        {"blank": blank, "zero_infinity": zero_infinity}, name="ctc_loss_backward")
 
 
 @special(aten.equal.default)
