@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import torch
 
+from torch_xla.backend.optimizer_ops import FUSED_STEPS
+
 
 def _fractional_max_pool3d_backward(grad_output, self, kernel_size, output_size, indices):
     """The gradient of the pooled input: its shape and dtype."""
@@ -46,7 +48,7 @@ def _name(op: torch._ops.OpOverload) -> str:
 
 
 _FUSED_STEPS = [getattr(getattr(torch.ops.aten, f"_fused_{name}"), overload)
-                for name in ("adam", "adamw", "sgd", "adagrad")
+                for name in FUSED_STEPS
                 for overload in ("default", "tensor_lr")]
 
 # ATen op (overload) -> meta kernel, for the ops torch 2.13 has none for.

@@ -39,9 +39,11 @@ FOREACH_OPS = [
     for overload in overloads
 ] + [(f"_foreach_{name}_", f"_foreach_{name}") for name in ("sqrt", "neg", "zero", "reciprocal")]
 
-# The fused steps whose functional forms have lowerings (`lowering/ops/optim.py`).
+# The fused steps whose functional forms have lowerings (`lowering/ops/optim.py`), each
+# with a float `lr` (default) and a tensor one (`tensor_lr`).
+FUSED_STEPS = ("adam", "adamw", "sgd", "adagrad")
 FUSED_OPS = [
-    pair for name in ("adam", "adamw", "sgd", "adagrad")
+    pair for name in FUSED_STEPS
     for pair in ((f"_fused_{name}_", f"_fused_{name}"),
                  (f"_fused_{name}_.tensor_lr", f"_fused_{name}.tensor_lr"))
 ]

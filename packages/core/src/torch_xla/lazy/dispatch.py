@@ -356,8 +356,9 @@ def _record(lift: tuple, entry: lowering.Lowering, cache: dict, view: Any, func:
     """Record `func`, its floats named by the lift plan `lift` made inputs, its output
     shapes from `cache` (the op's shape cache); `view` is not None for a view-copy op,
     whose outputs take the CPU's layout of the view."""
-    given = args, kwargs  # what the CPU gets if the op cannot be recorded
+    given = None  # what the CPU gets if the op cannot be recorded: the numbers unlifted
     if lift:
+        given = args, kwargs
         args, kwargs = nodes.lift(lift, args, kwargs)
     tensors: list = []
     types: list = []
@@ -373,7 +374,7 @@ def _record(lift: tuple, entry: lowering.Lowering, cache: dict, view: Any, func:
     if shapes is None:
         shapes = cache[key] = _infer(func, args, kwargs, key)
     if shapes is _FALLBACK:
-        return fallback.run_cpu(func, *given)
+        return fallback.run_cpu(func, *(given or (args, kwargs)))
     template, avals, structure, key_hash = shapes
     if entry.needs_rng:  # the key is an input, fixed now: one value in every graph
         template = (template[0], template[1] + (("rng", _slot(len(values))),))
