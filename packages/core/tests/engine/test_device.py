@@ -252,6 +252,58 @@ def test_an_op_without_a_meta_kernel_gets_its_numbers_on_the_cpu(device, metrics
     assert metrics.executed_fallback_ops() == ["aten::_add_relu"]
 
 
+# Ops whose CPU kernels have no code for the inputs' dtype, where meta kernels (which the
+# engine records with) accept any dtype: each raised nothing on the device and computed
+# garbage (softmax of int64: zeros and ones).
+DTYPE_REFUSALS = {
+    "softmax-int64": lambda d: torch.arange(6, device=d).softmax(0),
+    "log_softmax-int32": lambda d: torch.arange(6, device=d, dtype=torch.int32).log_softmax(0),
+    "frac-int64": lambda d: torch.arange(6, device=d).frac(),
+    "logaddexp-int64": lambda d: torch.logaddexp(torch.arange(3, device=d),
+                                                 torch.arange(3, device=d)),
+    "argmax-bool": lambda d: (torch.arange(6, device=d) > 2).argmax(),
+    "var-int64": lambda d: torch.arange(6, device=d).var(),
+    "relu-bool": lambda d: torch.relu(torch.arange(6, device=d) > 2),
+    "abs-bool": lambda d: (torch.arange(6, device=d) > 2).abs(),
+    "matmul-bool": lambda d: (torch.ones(2, 3, device=d) > 0) @ (torch.ones(3, 2, device=d) > 0),
+    "adaptive_avg_pool2d-int64": lambda d: nn.functional.adaptive_avg_pool2d(
+        torch.arange(16, device=d).reshape(1, 4, 4), 2),
+    "cross_entropy-int64-logits": lambda d: nn.functional.cross_entropy(
+        torch.arange(6, device=d).reshape(2, 3), torch.tensor([0, 1], device=d)),
+}
+
+
+@pytest.mark.parametrize("op", DTYPE_REFUSALS.values(), ids=DTYPE_REFUSALS.keys())
+def test_an_input_dtype_the_cpu_refuses_raises_torchs_error(device, op):
+    with pytest.raises(RuntimeError) as cpu:
+        op(torch.device("cpu"))
+    with pytest.raises(RuntimeError) as ours:
+        op(device).cpu()
+    assert str(ours.value) == str(cpu.value)
+
+
+# Ops that take integer and bool tensors on the CPU keep recording them.
+INTEGER_OPS = {
+    "add-int64": lambda d: torch.arange(6, device=d) + 3,
+    "sum-bool": lambda d: (torch.arange(6, device=d) > 2).sum(),
+    "argmax-int64": lambda d: torch.arange(6, device=d).flip(0).argmax(),
+    "matmul-int64": lambda d: torch.arange(6, device=d).reshape(2, 3) @ torch.arange(
+        6, device=d).reshape(3, 2),
+    "gather": lambda d: torch.arange(6, device=d).reshape(2, 3).gather(
+        1, torch.tensor([[2, 0], [1, 1]], device=d)),
+    "embedding": lambda d: nn.functional.embedding(
+        torch.tensor([[0, 2], [1, 1]], device=d), torch.arange(6.0, device=d).reshape(3, 2)),
+    "where-bool": lambda d: torch.where(torch.arange(6, device=d) > 2, 1, 0),
+    "cumsum-int32": lambda d: torch.arange(6, device=d, dtype=torch.int32).cumsum(0),
+}
+
+
+@pytest.mark.parametrize("op", INTEGER_OPS.values(), ids=INTEGER_OPS.keys())
+def test_integer_and_bool_inputs_the_cpu_takes_stay_on_the_device(device, metrics, op):
+    assert_close(op(device), op(torch.device("cpu")))
+    assert metrics.executed_fallback_ops() == []
+
+
 MATRIX_RANKS = {
     "default": lambda a, out: torch.linalg.matrix_rank(a, out=out),
     "tol": lambda a, out: torch.linalg.matrix_rank(a, 0.5, out=out),

@@ -372,7 +372,7 @@ def _record(lift: tuple, entry: lowering.Lowering, cache: dict, view: Any, func:
     key = (signature, kw_signature, avals, tuple(types), _default_dtype())
     shapes = cache.get(key)
     if shapes is None:
-        shapes = cache[key] = _infer(func, args, kwargs, key)
+        shapes = cache[key] = _infer(func, args, kwargs, key, entry.needs_rng)
     if shapes is _FALLBACK:
         return fallback.run_cpu(func, *(given or (args, kwargs)))
     template, avals, structure, key_hash = shapes
@@ -407,17 +407,62 @@ def _to_meta(a: Any) -> Any:
     return a
 
 
-def _infer(func: OpOverload, args: tuple, kwargs: dict, key: tuple) -> Any:
+def _infer(func: OpOverload, args: tuple, kwargs: dict, key: tuple, random: bool) -> Any:
     """(template, output avals, output container or None, hash) for the op with cache key
     `key`, its output shapes from running it on meta tensors."""
     outputs = _meta_outputs(func, args, kwargs)
-    if outputs is _FALLBACK:
+    if outputs is _FALLBACK or (not random and _cpu_refuses_dtypes(func, args, kwargs)):
         return _FALLBACK
     signature, kw_signature = key[0], key[1]
     count = [0]
     template = (_slotted(signature, count),
                 tuple([(k, _slotted(v, count)[0]) for k, v in kw_signature]))
     return (template, *outputs, hash((func, key)))
+
+
+# What the CPU says when its kernel has no code for an input's dtype ("softmax" not
+# implemented for 'Long', argmax(): does not support bool input, ...).
+_DTYPE_REFUSALS = ("not supported", "does not support", "only support",
+                   "can't be cast to the desired output type", "Unsupported input type",
+                   *(f"not implemented for '{name}'" for name in (
+                       "Bool", "Byte", "Char", "Short", "Int", "Long", "UInt16", "UInt32",
+                       "UInt64")))  # not 'Half': a gap of the CPU's, not of accelerators'
+
+_PROBE_ELEMENTS = 1 << 16  # larger tensors are probed with every dimension 1
+
+
+def _to_probe(a: Any) -> Any:
+    if type(a) is Lifted:
+        return a.value
+    if isinstance(a, torch.Tensor):
+        small = a.numel() <= _PROBE_ELEMENTS
+        return torch.zeros(a.shape if small else (1,) * a.dim(), dtype=a.dtype)
+    if isinstance(a, torch.device):
+        return torch.device("cpu")
+    return a
+
+
+def _cpu_refuses_dtypes(func: OpOverload, args: tuple, kwargs: dict) -> bool:
+    """Whether the CPU kernel refuses the dtypes of an op given integer or bool tensors.
+
+    Meta kernels check shapes, not which dtypes a kernel has code for, so `softmax` of an
+    int64 tensor recorded and computed garbage where PyTorch raises. The op runs once on
+    zero-filled CPU tensors of the same dtypes and shapes (a large tensor with every
+    dimension 1), only when a new signature is recorded and only with an integer or bool
+    tensor among the inputs; never a random op, which would draw from the CPU generator.
+    A refusal of the dtypes sends the op to the CPU, which raises torch's own error on the
+    real inputs. Other errors of the probe (of its shapes, say) are not refusals.
+    """
+    tensors = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
+    if all(t.dtype.is_floating_point or t.dtype.is_complex for t in tensors):
+        return False
+    pargs, pkwargs = pytree.tree_map(_to_probe, (args, kwargs),
+                                     is_leaf=lambda a: type(a) is Lifted)
+    try:
+        func(*pargs, **pkwargs)
+    except Exception as error:  # noqa: BLE001  (any error; only a dtype refusal counts)
+        return any(words in str(error) for words in _DTYPE_REFUSALS)
+    return False
 
 
 def _meta_outputs(func: OpOverload, args: tuple, kwargs: dict) -> Any:
