@@ -187,3 +187,16 @@ def test_masked_softmax_refuses_what_the_cpu_refuses(device):
         torch._masked_softmax(x, torch.zeros(2, 3, 5, 5, device=device), 3)
     with pytest.raises(RuntimeError, match="mask shape should be \\(B, L\\)"):
         torch._masked_softmax(x, torch.zeros(3, 5, dtype=torch.bool, device=device), 3, 1)
+
+
+def test_an_encoder_without_mask_check_reads_nothing_on_the_host(device):
+    """`mask_check=False` skips torch's left-alignment check, the nested path's one read."""
+    torch.manual_seed(0)
+    encoder = nn.TransformerEncoder(_layer(), 2, mask_check=False)
+    x, mask = torch.randn(3, 7, E), _padding([7, 5, 2], 7)
+    expected, _ = _in_eval(encoder, [x], {"src_key_padding_mask": mask}, torch.device("cpu"))
+    met.clear_all()
+    actual, calls = _in_eval(encoder, [x], {"src_key_padding_mask": mask}, device)
+    assert calls["nested"] == 1
+    assert met.executed_fallback_ops() == []
+    assert_close(actual.cpu(), expected, **TOLERANCE)
