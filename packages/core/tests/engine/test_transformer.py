@@ -200,3 +200,16 @@ def test_an_encoder_without_mask_check_reads_nothing_on_the_host(device):
     assert calls["nested"] == 1
     assert met.executed_fallback_ops() == []
     assert_close(actual.cpu(), expected, **TOLERANCE)
+
+
+def test_a_nested_tensor_reaching_an_unfused_layer_is_refused_with_the_reason(device):
+    """A forward hook on a later layer sends the nested tensor through torch's unfused
+    path, which would read the padded positions as data: the op refuses it instead."""
+    encoder = nn.TransformerEncoder(_layer(), 2).to(device).eval()
+    encoder.layers[1].register_forward_hook(lambda module, inputs, output: None)
+    x, mask = torch.randn(3, 7, E).to(device), _padding([7, 5, 2], 7).to(device)
+    with torch.no_grad(), pytest.raises(RuntimeError, match="enable_nested_tensor=False"):
+        encoder(x, src_key_padding_mask=mask)
+    encoder.enable_nested_tensor = encoder.use_nested_tensor = False
+    with torch.no_grad():
+        encoder(x, src_key_padding_mask=mask)  # the advice works

@@ -4,14 +4,14 @@ In eval mode, `nn.TransformerEncoder` given a `src_key_padding_mask` turns its i
 into a nested tensor (`torch._nested_tensor_from_mask`: each sequence cut to its
 length), runs every layer's fused kernel (`torch._transformer_encoder_layer_fwd`) on it
 and pads the result back (`to_padded_tensor`), so padded positions come out as zeros.
-It does so on any PrivateUse1 device, ours included. The engine has no nested tensors;
-it holds such a tensor as the padded tensor it came from plus the mask of the positions
-the nested tensor keeps. The three ops above are the only ones that read that mask:
-the encoder layer's kernel applies it as a key padding mask (the positions a nested
-tensor drops take part in no valid position's result), and `to_padded_tensor` writes
-the padding value over the dropped positions. Any other op sees the padded tensor,
-which is why only those three make or take the form.
-"""
+It does so on any PrivateUse1 device, ours included. The engine has no general nested
+tensors; it holds such a tensor as the padded tensor it came from plus the mask of the
+positions the nested tensor keeps (`NestedTensor`). Those three ops are the only ones
+that take it: the encoder layer's kernel applies the mask as a key padding mask (the
+positions a nested tensor drops take part in no valid position's result), and
+`to_padded_tensor` writes the padding value over the dropped positions. Any other op
+refuses it with an error that says what happened, rather than reading the padded
+positions as data."""
 
 from __future__ import annotations
 
@@ -25,15 +25,36 @@ from torch_xla.lowering.decompositions import decomposition_for
 aten = torch.ops.aten
 
 
+class NestedTensor(XLATensor):
+    """A nested tensor of the encoder's fast path: the padded tensor's value, and `kept`,
+    the (B, T) mask of the positions the nested tensor keeps. Only the three rules below
+    take it; any other op refuses it (`refused`), since it would read the padded positions
+    as data."""
+
+    __slots__ = ("kept",)
+
+    def refused(self) -> RuntimeError:
+        return RuntimeError(
+            "nn.TransformerEncoder's fast path made a nested tensor (it was given a "
+            "src_key_padding_mask in eval mode), which the xla device holds only between "
+            "the encoder's layers, and an op outside that path received it: a layer after "
+            "the first took torch's unfused path (a forward hook on it does that). Remove "
+            "the hook, or build the encoder with enable_nested_tensor=False.")
+
+
 def _kept(t: XLATensor) -> XLATensor | None:
-    """The (B, T) mask of the positions nested tensor `t` keeps; None for a dense tensor."""
-    return getattr(t, "_nested_kept", None)
+    """The mask of the positions nested tensor `t` keeps; None for a dense tensor."""
+    return t.kept if type(t) is NestedTensor else None
 
 
-def _nested(padded: XLATensor, kept: XLATensor) -> XLATensor:
-    out = XLATensor(*padded.value)
-    out._nested_kept = kept
+def _nested(padded: XLATensor, kept: XLATensor) -> NestedTensor:
+    out = NestedTensor(*padded.value)
+    out.kept = kept
     return out
+
+
+def _dense(t: XLATensor) -> XLATensor:
+    return XLATensor(*t.value)
 
 
 @special(aten._nested_tensor_from_mask.default)
@@ -71,7 +92,7 @@ def _encoder_layer(func, args, kwargs):
     given = args[18] if len(args) > 18 else kwargs.get("mask")
     if given is not None:
         raise RuntimeError("NestedTensor with mask is not supported yet")
-    args = (*args[:18], aten.logical_not.default(kept), 1)
+    args = (_dense(args[0]), *args[1:18], aten.logical_not.default(kept), 1)
     kwargs = {k: v for k, v in kwargs.items() if k not in ("mask", "mask_type")}
     return _nested(functional.decomposed(layer, args, kwargs), kept)
 
@@ -81,6 +102,7 @@ def _to_padded(func, args, kwargs):
     t, padding = args[0], args[1]
     size = args[2] if len(args) > 2 else kwargs.get("output_size")
     kept = _kept(t)
+    t = _dense(t)
     if kept is None:
         raise NotImplementedError(
             "to_padded_tensor takes a nested tensor; the xla device makes them only in "

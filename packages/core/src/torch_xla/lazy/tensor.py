@@ -141,6 +141,11 @@ class XLATensor(torch.Tensor):
     def __repr__(self) -> str:
         return f"XLATensor({self._node.op}, shape={tuple(self.shape)}, dtype={self.dtype})"
 
+    def refused(self) -> RuntimeError:
+        """The error for an op that cannot take this tensor. Only the engine's special
+        forms (subclasses, such as `nested.NestedTensor`) reach an op that refuses them."""
+        return RuntimeError(f"{type(self).__name__} cannot be an argument of this op")
+
     @classmethod
     def __torch_dispatch__(cls, func, types, args=(), kwargs=None):
         return _dispatcher(func, args, kwargs or {})
@@ -166,6 +171,8 @@ def set_dispatcher(handler: Callable[[Any, tuple, dict], Any]) -> None:
 
 
 def not_xla_error(t: torch.Tensor) -> RuntimeError:
+    if isinstance(t, XLATensor):  # a special form, which only its own rules take
+        return t.refused()
     return RuntimeError(
         f"Input tensor is not an XLA tensor: {t.type()} on {t.device} with shape "
         f"{tuple(t.shape)}. Move it to the XLA device first, e.g. `t.to(xm.xla_device())`."
