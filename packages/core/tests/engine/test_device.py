@@ -304,6 +304,18 @@ def test_integer_and_bool_inputs_the_cpu_takes_stay_on_the_device(device, metric
     assert metrics.executed_fallback_ops() == []
 
 
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
+def test_unsigned_types_the_cpu_barely_implements_compute_on_the_device(device, metrics, dtype):
+    """torch gives uint16/32/64 almost no CPU kernels ("add_stub" not implemented for
+    'UInt64'); PyTorch/XLA computes with them (its test_data_type adds uint64 tensors), so
+    the CPU's refusal is not taken as torch's."""
+    a = torch.tensor([1, 2, 3], dtype=dtype)
+    got = torch.add(a.to(device), a.to(device)).cpu()
+    assert got.dtype == dtype
+    assert got.to(torch.int64).tolist() == [2, 4, 6]
+    assert metrics.executed_fallback_ops() == []
+
+
 MATRIX_RANKS = {
     "default": lambda a, out: torch.linalg.matrix_rank(a, out=out),
     "tol": lambda a, out: torch.linalg.matrix_rank(a, 0.5, out=out),
