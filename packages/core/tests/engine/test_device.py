@@ -270,6 +270,11 @@ DTYPE_REFUSALS = {
         torch.arange(16, device=d).reshape(1, 4, 4), 2),
     "cross_entropy-int64-logits": lambda d: nn.functional.cross_entropy(
         torch.arange(6, device=d).reshape(2, 3), torch.tensor([0, 1], device=d)),
+    # random ops, probed with the CPU generator's state put back
+    "uniform_-int64": lambda d: torch.zeros(4, dtype=torch.int64, device=d).uniform_(),
+    "bernoulli-int64": lambda d: torch.bernoulli(torch.zeros(4, dtype=torch.int64, device=d)),
+    "multinomial-int64": lambda d: torch.multinomial(torch.ones(4, dtype=torch.int64,
+                                                                device=d), 2),
 }
 
 
@@ -280,6 +285,16 @@ def test_an_input_dtype_the_cpu_refuses_raises_torchs_error(device, op):
     with pytest.raises(RuntimeError) as ours:
         op(device).cpu()
     assert str(ours.value) == str(cpu.value)
+
+
+def test_probing_a_random_op_draws_nothing_from_the_cpu_generator(device):
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    with pytest.raises(RuntimeError):
+        torch.zeros(4, dtype=torch.int64, device=device).exponential_()
+    torch.zeros(5, dtype=torch.int64, device=device).random_(0, 7)  # probed and recorded
+    assert torch.equal(torch.rand(3), expected)
 
 
 # Ops that take integer and bool tensors on the CPU keep recording them.
@@ -295,6 +310,7 @@ INTEGER_OPS = {
         torch.tensor([[0, 2], [1, 1]], device=d), torch.arange(6.0, device=d).reshape(3, 2)),
     "where-bool": lambda d: torch.where(torch.arange(6, device=d) > 2, 1, 0),
     "cumsum-int32": lambda d: torch.arange(6, device=d, dtype=torch.int32).cumsum(0),
+    "random_-int64": lambda d: torch.zeros(5, dtype=torch.int64, device=d).random_(7, 8),
 }
 
 

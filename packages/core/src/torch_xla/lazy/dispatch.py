@@ -411,7 +411,7 @@ def _infer(func: OpOverload, args: tuple, kwargs: dict, key: tuple, random: bool
     """(template, output avals, output container or None, hash) for the op with cache key
     `key`, its output shapes from running it on meta tensors."""
     outputs = _meta_outputs(func, args, kwargs)
-    if outputs is _FALLBACK or (not random and _cpu_refuses_dtypes(func, args, kwargs)):
+    if outputs is _FALLBACK or _cpu_refuses_dtypes(func, args, kwargs, random):
         return _FALLBACK
     signature, kw_signature = key[0], key[1]
     count = [0]
@@ -445,16 +445,17 @@ def _to_probe(a: Any) -> Any:
     return a
 
 
-def _cpu_refuses_dtypes(func: OpOverload, args: tuple, kwargs: dict) -> bool:
+def _cpu_refuses_dtypes(func: OpOverload, args: tuple, kwargs: dict, random: bool) -> bool:
     """Whether the CPU kernel refuses the dtypes of an op given integer or bool tensors.
 
     Meta kernels check shapes, not which dtypes a kernel has code for, so `softmax` of an
     int64 tensor recorded and computed garbage where PyTorch raises. The op runs once on
     zero-filled CPU tensors of the same dtypes and shapes (a large tensor with every
     dimension 1), only when a new signature is recorded and only with an integer or bool
-    tensor among the inputs; never a random op, which would draw from the CPU generator.
-    A refusal of the dtypes sends the op to the CPU, which raises torch's own error on the
-    real inputs. Other errors of the probe (of its shapes, say) are not refusals.
+    tensor among the inputs; a random op with the CPU generator's state put back after,
+    so the probe draws nothing from the user's stream. A refusal of the dtypes sends the
+    op to the CPU, which raises torch's own error on the real inputs. Other errors of the
+    probe (of its shapes, say) are not refusals.
     """
     tensors = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
     if all(t.dtype.is_floating_point or t.dtype.is_complex for t in tensors) or any(
@@ -463,7 +464,11 @@ def _cpu_refuses_dtypes(func: OpOverload, args: tuple, kwargs: dict) -> bool:
     pargs, pkwargs = pytree.tree_map(_to_probe, (args, kwargs),
                                      is_leaf=lambda a: type(a) is Lifted)
     try:
-        func(*pargs, **pkwargs)
+        if random:
+            with torch.random.fork_rng(devices=[]):
+                func(*pargs, **pkwargs)
+        else:
+            func(*pargs, **pkwargs)
     except Exception as error:  # noqa: BLE001  (any error; only a dtype refusal counts)
         return any(words in str(error) for words in _DTYPE_REFUSALS)
     return False
