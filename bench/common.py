@@ -37,6 +37,13 @@ def steps_per_second(step: Callable[[], None], drain: Callable[[], None], warmup
     return steps / (time.perf_counter() - start)
 
 
+def median_rate(step: Callable[[], object], drain: Callable[[], None], windows: int,
+                steps: int) -> float:
+    """Steps/s of `step`: the median of `windows` windows of `steps` steps, each drained
+    at both ends (warm up before calling)."""
+    return statistics.median(steps_per_second(step, drain, 0, steps) for _ in range(windows))
+
+
 def train_step(loss_fn: Callable, opt, x, y):
     """One training step as a user writes it; returns the loss tensor."""
     opt.zero_grad()

@@ -12,10 +12,10 @@ the ops the engine ran on the CPU.
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
+import itertools
 
 import torch
+from common import median_rate
 from torch import nn
 
 import torch_xla
@@ -59,18 +59,13 @@ def main() -> None:
 
         for i in range(3):
             step(i)
-        step(0).detach().cpu()
         met.clear_all()
-        rates = []
-        for _ in range(args.windows):
-            start = time.perf_counter()
-            for i in range(args.steps):
-                loss = step(i)
-            loss.detach().cpu()
-            rates.append(args.steps / (time.perf_counter() - start))
+        turns = itertools.count()  # each call takes the next batch
+        rate = median_rate(lambda step=step, turns=turns: step(next(turns)),
+                           xm.wait_device_ops, args.windows, args.steps)
         compiled = (met.metric_data("CompileTime") or (0,))[0]
         print(f"{'eager CPU' if where.type == 'cpu' else 'xla':10s} "
-              f"{statistics.median(rates):7.1f} steps/s   compiled: {compiled}   "
+              f"{rate:7.1f} steps/s   compiled: {compiled}   "
               f"ran on the CPU: {sorted(set(met.executed_fallback_ops())) or 'nothing'}")
 
 

@@ -11,10 +11,9 @@ step whose shapes the engine cannot infer runs there: `met.executed_fallback_ops
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+from common import median_rate
 
 import torch_xla
 import torch_xla.core.xla_model as xm
@@ -50,14 +49,8 @@ def main() -> None:
             step()
         xm.wait_device_ops()
         met.clear_all()
-        rates = []
-        for _ in range(args.windows):
-            start = time.perf_counter()
-            for _ in range(args.steps):
-                step()
-            xm.wait_device_ops()
-            rates.append(args.steps / (time.perf_counter() - start))
-        print(f"{name:20s} {statistics.median(rates):7.1f} steps/s   "
+        rate = median_rate(step, xm.wait_device_ops, args.windows, args.steps)
+        print(f"{name:20s} {rate:7.1f} steps/s   "
               f"on the CPU: {met.executed_fallback_ops() or 'nothing'}")
 
 

@@ -14,10 +14,9 @@ counted as `aten::_local_scalar_dense`).
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
 
 import torch
+from common import median_rate
 from torch import nn
 
 import torch_xla
@@ -54,18 +53,10 @@ def main() -> None:
 
             for _ in range(3):
                 batch()
-            out = batch()
-            out.cpu()
             met.clear_all()
-            rates = []
-            for _ in range(args.windows):
-                start = time.perf_counter()
-                for _ in range(args.batches):
-                    out = batch()
-                out.cpu()
-                rates.append(args.batches / (time.perf_counter() - start))
+            rate = median_rate(batch, xm.wait_device_ops, args.windows, args.batches)
             print(f"{'padding mask' if masked else 'no mask':13s} {where:10s} "
-                  f"{statistics.median(rates):7.1f} batches/s   ran on the CPU: "
+                  f"{rate:7.1f} batches/s   ran on the CPU: "
                   f"{sorted(set(met.executed_fallback_ops())) or 'nothing'}")
 
 

@@ -397,14 +397,27 @@ def _view_outputs(node: ir.Node, structure: Any, func: OpOverload, args: tuple,
                      for i in range(len(node.avals)))
 
 
-def _to_meta(a: Any) -> Any:
-    if type(a) is Lifted:
-        return a.value
-    if isinstance(a, torch.Tensor):
-        return torch.empty(a.shape, dtype=a.dtype, device="meta")
-    if isinstance(a, torch.device):
-        return torch.device("meta")
-    return a
+def _stand_ins(args: tuple, kwargs: dict, device: str) -> tuple[tuple, dict]:
+    """The op's arguments for a run on `device` ("meta", or "cpu" for the dtype probe):
+    lifted numbers as the numbers, tensors as zero-filled ones of the same dtypes and
+    shapes (on the CPU a large one with every dimension 1), devices as `device`."""
+
+    def stand_in(a: Any) -> Any:
+        if type(a) is Lifted:
+            return a.value
+        if isinstance(a, torch.Tensor):
+            small = device == "meta" or a.numel() <= _PROBE_ELEMENTS
+            return torch.zeros(a.shape if small else (1,) * a.dim(), dtype=a.dtype,
+                               device=device)
+        if isinstance(a, torch.device):
+            return torch.device(device)
+        return a
+
+    sargs, skwargs = pytree.tree_map(stand_in, (args, kwargs),
+                                     is_leaf=lambda a: type(a) is Lifted)
+    if "device" in skwargs:
+        skwargs["device"] = torch.device(device)
+    return sargs, skwargs
 
 
 def _infer(func: OpOverload, args: tuple, kwargs: dict, key: tuple, random: bool) -> Any:
@@ -434,17 +447,6 @@ _UNPROBED = frozenset({torch.uint16, torch.uint32, torch.uint64})
 _PROBE_ELEMENTS = 1 << 16  # larger tensors are probed with every dimension 1
 
 
-def _to_probe(a: Any) -> Any:
-    if type(a) is Lifted:
-        return a.value
-    if isinstance(a, torch.Tensor):
-        small = a.numel() <= _PROBE_ELEMENTS
-        return torch.zeros(a.shape if small else (1,) * a.dim(), dtype=a.dtype)
-    if isinstance(a, torch.device):
-        return torch.device("cpu")
-    return a
-
-
 def _cpu_refuses_dtypes(func: OpOverload, args: tuple, kwargs: dict, random: bool) -> bool:
     """Whether the CPU kernel refuses the dtypes of an op given integer or bool tensors.
 
@@ -461,8 +463,7 @@ def _cpu_refuses_dtypes(func: OpOverload, args: tuple, kwargs: dict, random: boo
     if all(t.dtype.is_floating_point or t.dtype.is_complex for t in tensors) or any(
             t.dtype in _UNPROBED for t in tensors):
         return False
-    pargs, pkwargs = pytree.tree_map(_to_probe, (args, kwargs),
-                                     is_leaf=lambda a: type(a) is Lifted)
+    pargs, pkwargs = _stand_ins(args, kwargs, "cpu")
     try:
         if random:
             with torch.random.fork_rng(devices=[]):
@@ -476,11 +477,7 @@ def _cpu_refuses_dtypes(func: OpOverload, args: tuple, kwargs: dict, random: boo
 
 def _meta_outputs(func: OpOverload, args: tuple, kwargs: dict) -> Any:
     """(output avals, output container type or None) from running on meta tensors."""
-    margs, mkwargs = pytree.tree_map(
-        _to_meta, (args, kwargs), is_leaf=lambda a: type(a) is Lifted
-    )
-    if "device" in mkwargs:
-        mkwargs["device"] = torch.device("meta")
+    margs, mkwargs = _stand_ins(args, kwargs, "meta")
     try:
         out = func(*margs, **mkwargs)
     except Exception:  # data-dependent shape, no meta kernel, or a user error the CPU reports
