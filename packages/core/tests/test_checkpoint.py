@@ -50,6 +50,19 @@ def test_gradients_equal_eager_autograd_and_torch_checkpoint(device, use_reentra
 
 
 @pytest.mark.parametrize("use_reentrant", REENTRANT)
+def test_cpu_tensors_get_the_gradients_of_eager_autograd(use_reentrant):
+    # The reentrant variant once recomputed on the caller's own CPU leaves, so their
+    # gradients arrived twice (accumulated in the recomputation and returned).
+    cpu = _block()
+    x = torch.randn(3, 6)
+    plain = _grads(copy.deepcopy(cpu), x, lambda m, a: m(a))
+    ours = _grads(copy.deepcopy(cpu), x, lambda m, a: checkpoint(m, a,
+                                                                 use_reentrant=use_reentrant))
+    for got, want in zip(ours, plain, strict=True):
+        torch.testing.assert_close(got, want, **TOLERANCE)
+
+
+@pytest.mark.parametrize("use_reentrant", REENTRANT)
 def test_backward_runs_the_function_again(device, use_reentrant):
     model = _block().to(device)
     calls = []

@@ -147,6 +147,10 @@ class CheckpointFunction(torch.autograd.Function):
         # backward reached it, and shares no operand with the forward.
         fenced = _behind_barrier([*inputs, *grad_outputs])
         inputs, grad_outputs = fenced[: len(inputs)], fenced[len(inputs):]
+        # Leaves of their own for the other tensors too (CPU ones): the gradients below
+        # must not accumulate into the caller's tensors as well as being returned.
+        inputs = [t.detach().requires_grad_(t.requires_grad)
+                  if isinstance(t, torch.Tensor) and not _is_xla(t) else t for t in inputs]
         with _replayed_rng(ctx.rng), torch.enable_grad(), _autocast(ctx.autocast):
             outputs = _tensors(ctx.run_function(*inputs))
         pairs = [(o, g) for o, g in zip(outputs, grad_outputs, strict=False)
