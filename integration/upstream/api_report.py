@@ -52,9 +52,6 @@ REASONS: dict[str | tuple[str, str], str] = {
     "torch_xla.experimental.custom_kernel": TPU_ONLY + " (Pallas TPU kernels: flash, paged and "
     "ragged attention, grouped matmul, int8 matmul)",
     "torch_xla.distributed.data_parallel": NOT_BUILT + "thread-per-device `DataParallel`",
-    "torch_xla.distributed.fsdp": NOT_BUILT + "FSDP v1 (`XlaFullyShardedDataParallel` and "
-    "its checkpoint consolidation); `torch_xla.distributed.fsdp.wrap`'s auto-wrap policies "
-    "exist (FSDPv2 uses them)",
     "torch_xla.experimental.gradient_accumulation": "upstream's helper that builds the While "
     "loop with its C++ XLA builder; here the loop is a jax `fori_loop` (lazy/loop.py)",
     "torch_xla.core.xla_builder": "upstream's XLA-builder API over its C++ `XlaBuilder` "

@@ -216,10 +216,14 @@ def reduce_gradients(
     """
     count = xr.world_size()
     if count > 1:
-        gradients = [
-            p.grad for group in optimizer.param_groups for p in group["params"]
-            if p.grad is not None
-        ]
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        if any(getattr(p, "_is_sharded", False) for p in params):
+            raise RuntimeError(
+                "xm.optimizer_step/reduce_gradients average gradients over the replicas, but "
+                "this optimizer steps XlaFullyShardedDataParallel's shards, whose gradients "
+                "are already averaged over the group and differ between replicas (each is a "
+                "different part): call optimizer.step() instead.")
+        gradients = [p.grad for p in params if p.grad is not None]
         bucket_cap_mb = env_int(BUCKET_SIZE_ENV, 0, minimum=0)
         if bucket_cap_mb > 0:
             all_reduce_bucketized_gradients(
