@@ -128,6 +128,14 @@ def test_xm_optimizer_step_on_shards_is_refused(trained):
         assert "call optimizer.step() instead" in results[rank]["optimizer_step"]
 
 
+def test_grad_scaler_skips_on_every_rank_when_one_ranks_shard_overflows(trained):
+    _, results = trained
+    # Without agreement rank 1 (finite gradients) stepped and kept its scale while rank 0
+    # skipped and halved it: the replicas would drift apart.
+    for rank in range(WORLD):
+        assert results[rank]["grad_scaler"] == {"scale": 2.0**15, "stepped": False}
+
+
 # --- one process ----------------------------------------------------------------------
 
 

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 
 import torch_xla
+import torch_xla.core.xla_model as xm
+import torch_xla.runtime as xr
 from torch_xla.amp.syncfree._functional import taken
 
 DEVICE_TYPE = "xla"
@@ -36,6 +38,22 @@ def accepts_found_inf(optimizer: torch.optim.Optimizer) -> bool:
 
 def _combined_found_inf(optimizer_state: dict[str, Any]) -> torch.Tensor:
     return torch.stack(tuple(optimizer_state["found_inf_per_device"].values())).sum()
+
+
+def _agree_on_found_inf(optimizer: torch.optim.Optimizer,
+                        optimizer_state: dict[str, Any]) -> None:
+    """FSDP shards (parameters marked `_is_sharded`) are different parts on each replica,
+    so one replica's part may hold an inf that the others' do not: the replicas take the
+    largest `found_inf` of all, so that all skip the step (and back off the scale)
+    together instead of drifting apart. (Replicated parameters see the same averaged
+    gradients everywhere and need no such agreement.)"""
+    if xr.world_size() < 2 or not any(getattr(p, "_is_sharded", False)
+                                      for group in optimizer.param_groups
+                                      for p in group["params"]):
+        return
+    found = optimizer_state["found_inf_per_device"]
+    for device, value in found.items():
+        found[device] = xm.all_reduce(xm.REDUCE_MAX, value)
 
 
 def _gradients(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
@@ -60,6 +78,7 @@ class GradScaler(torch.amp.GradScaler):
 
     def _maybe_opt_step(self, optimizer: torch.optim.Optimizer,
                         optimizer_state: dict[str, Any], *args: Any, **kwargs: Any) -> Any:
+        _agree_on_found_inf(optimizer, optimizer_state)
         if accepts_found_inf(optimizer):
             return optimizer.step(*args, found_inf=_combined_found_inf(optimizer_state),
                                   **kwargs)

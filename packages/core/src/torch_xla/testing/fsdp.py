@@ -152,9 +152,30 @@ def worker(index: int, folder: str) -> dict[str, Any]:
             "between_steps": str(first_block.module.up.weight.device)
             if hasattr(first_block, "module") else str(first_block.up.weight.device),
         }
+    out["grad_scaler"] = _scaler_step(device)
     try:  # the shards' gradients are parts, not copies: averaging them is refused
         xm.optimizer_step(optimizer)
         out["optimizer_step"] = "no error"
     except RuntimeError as error:
         out["optimizer_step"] = str(error)
     return out
+
+
+def _scaler_step(device: Any) -> dict[str, Any]:
+    """One GradScaler step whose overflow lands in rank 0's half of a parameter only
+    (row 0 of a 4-row embedding; rank 1 holds rows 2-3, whose gradients are 0)."""
+    from torch_xla.amp import GradScaler
+    from torch_xla.distributed.fsdp import XlaFullyShardedDataParallel as FSDP
+
+    torch.manual_seed(0)
+    model = FSDP(nn.Embedding(4, 64), shard_param_on_dim_0=True)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scaler = GradScaler(init_scale=2.0**16)
+    before = [p.detach().clone() for p in model.parameters()]
+    loss = model(torch.zeros(1, dtype=torch.int64, device=device)).sum() * 1e35
+    scaler.scale(loss).backward()
+    scaler.step(optimizer)
+    scaler.update()
+    changed = any(not torch.equal(a.cpu(), p.detach().cpu())
+                  for a, p in zip(before, model.parameters(), strict=True))
+    return {"scale": scaler.get_scale(), "stepped": changed}
