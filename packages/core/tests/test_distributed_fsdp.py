@@ -200,6 +200,30 @@ def test_shards_are_listed_under_the_original_names():
     assert model.params_with_grad == list(model.parameters())
 
 
+def test_gradients_of_several_backwards_accumulate_in_the_shards():
+    model, reference = FSDP(fsdp.make_model(), flatten_parameters=True), fsdp.make_model()
+    device = torch_xla.device()
+    for tokens, labels in fsdp.batches(2):
+        F.cross_entropy(model(tokens.to(device)), labels.to(device)).backward()
+        F.cross_entropy(reference(tokens), labels).backward()
+    grads = {name: p.grad.cpu() for name, p in model.named_parameters()}  # shard names
+    full = consolidate_sharded_state_dicts([grads], model.get_shard_metadata())
+    for name, p in reference.named_parameters():
+        torch.testing.assert_close(full[name], p.grad, **TOLERANCE, msg=name)
+
+
+def test_a_sharded_state_dict_loads_into_a_new_instance():
+    trained = FSDP(fsdp.make_model())
+    _train(trained)
+    torch.manual_seed(5)
+    fresh = FSDP(fsdp.Model())
+    fresh.load_state_dict(trained.state_dict())
+    tokens, _ = fsdp.batches(1)[0]
+    with torch.no_grad():
+        want = trained(tokens.to(torch_xla.device())).cpu()
+        torch.testing.assert_close(fresh(tokens.to(torch_xla.device())).cpu(), want)
+
+
 def test_inference_without_grad_leaves_no_gathered_values():
     model = FSDP(fsdp.make_model())
     tokens, _ = fsdp.batches(1)[0]
