@@ -168,6 +168,12 @@ def _ctc_labels(targets, target_lengths, width: int, blank: int):
     return extended, exists, skips
 
 
+def _emitted(log_probs, extended):
+    """log_probs (T, B, C) of each extended label: (T, B, width)."""
+    index = jnp.broadcast_to(extended[None], (log_probs.shape[0], *extended.shape))
+    return jnp.take_along_axis(log_probs, index.astype(jnp.int32), axis=2)
+
+
 def _shifted(x, by: int):
     """x[..., s - by] at position s (-inf before the start)."""
     return jnp.pad(x, ((0, 0), (by, 0)), constant_values=-jnp.inf)[:, :x.shape[1]]
@@ -177,8 +183,7 @@ def ctc_loss_forward(log_probs, targets, input_lengths, target_lengths, *, width
                      blank: int):
     """(neg_log_likelihood (B,), log_alpha (B, T, width)) of log_probs (T, B, C)."""
     extended, exists, skips = _ctc_labels(targets, target_lengths, width, blank)
-    emit = jnp.take_along_axis(log_probs, jnp.broadcast_to(
-        extended[None], (log_probs.shape[0], *extended.shape)).astype(jnp.int32), axis=2)
+    emit = _emitted(log_probs, extended)
     position = jnp.arange(width)[None, :]
     first = (position == 0) | ((position == 1) & (target_lengths[:, None] > 0))
     alpha0 = jnp.where(first & exists, emit[0], -jnp.inf)
@@ -209,8 +214,7 @@ def ctc_loss_backward(grad, log_probs, targets, input_lengths, target_lengths, n
     width = log_alpha.shape[2]
     steps, batch, classes = log_probs.shape
     extended, exists, skips = _ctc_labels(targets, target_lengths, width, blank)
-    emit = jnp.take_along_axis(log_probs, jnp.broadcast_to(
-        extended[None], (steps, *extended.shape)).astype(jnp.int32), axis=2)
+    emit = _emitted(log_probs, extended)
     position = jnp.arange(width)[None, :]
     end = 2 * target_lengths[:, None]
     last = (position == end) | ((position == end - 1) & (target_lengths[:, None] > 0))
