@@ -64,16 +64,11 @@ REASONS: dict[str | tuple[str, str], str] = {
     ("torch_xla.experimental.assume_pure", "prepare_computation_inputs"): "internals of "
     "upstream's `assume_pure_torch` (parameter ids of its C++ lowering context); here "
     "`torch_xla.lazy.region` records over placeholders",
-    "torch_xla.stablehlo": NOT_BUILT + "export of a `torch.export` program to a StableHLO "
-    "bundle (`xm.get_stablehlo()` gives a pending graph's StableHLO text)",
     "torch_xla.utils.checkpoint": "upstream's recomputation bookkeeping and CUDA "
     "device-state helpers; here the RNG replay saves the device RNG position itself",
     # torch_xla
     ("torch_xla", "eager_mode"): "upstream binds it here only when XLA_USE_EAGER_DEBUG_MODE=1 "
     "(an import-time side effect); `torch_xla.experimental.eager_mode` is the API",
-    ("torch_xla", "save_as_stablehlo"): NOT_BUILT + "StableHLO export (`torch_xla.stablehlo`)",
-    ("torch_xla", "save_torch_model_as_stablehlo"): NOT_BUILT + "StableHLO export "
-    "(`torch_xla.stablehlo`)",
     # torch_xla.core.xla_env_vars: TPU runtime variables, read by torch-xla-tpu
     **{("torch_xla.core.xla_env_vars", n): TPU_ONLY for n in (
         "ACCELERATOR_TYPE", "CLOUD_TPU_TASK_ID", "TPUVM_MODE", "TPU_ACCELERATOR_TYPE",

@@ -42,10 +42,18 @@ from torch_xla import backend as _backend  # noqa: E402
 _backend.register()  # torch.device("xla", n) works from here on; no device is started
 
 
+# Functions PyTorch/XLA binds in `torch_xla` itself, from the module that defines them.
+_FUNCTIONS_OF = {"save_as_stablehlo": "torch_xla.stablehlo",
+                 "save_torch_model_as_stablehlo": "torch_xla.stablehlo"}
+
+
 def __getattr__(name: str) -> Any:
-    """Submodules (`torch_xla.runtime`, `torch_xla.core`, ...) are reachable as attributes
-    after a bare `import torch_xla`, imported on first access: most of them import jax
-    (about a second), which `import torch_xla` must not."""
+    """Submodules (`torch_xla.runtime`, `torch_xla.core`, ...) and the functions of
+    `_FUNCTIONS_OF` are reachable as attributes after a bare `import torch_xla`, imported
+    on first access: most of them import jax (about a second), which `import torch_xla`
+    must not."""
+    if name in _FUNCTIONS_OF:
+        return getattr(importlib.import_module(_FUNCTIONS_OF[name]), name)
     if not name.startswith("__") and importlib.util.find_spec(f"torch_xla.{name}") is not None:
         return importlib.import_module(f"torch_xla.{name}")
     raise AttributeError(f"module 'torch_xla' has no attribute {name!r}")

@@ -27,6 +27,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax._src.lib import xla_client
 from jax.profiler import TraceAnnotation
 
 from torch_xla import _metrics
@@ -211,6 +212,27 @@ class Client:
         if key is not None:
             compile_cache.store(key, compiled)
         return compiled
+
+    def compile_stablehlo(self, module: bytes | str, index: int = 0) -> Any:
+        """A StableHLO module (bytecode or text: a saved export bundle's function) compiled
+        for device `index`. Its `main` takes and returns arrays in order."""
+        start = time.perf_counter()
+        device = self.device(index)
+        with TraceAnnotation(TRACE_COMPILE):
+            executable = device.client.compile_and_load(
+                module, xla_client.DeviceList((device,)), xla_client.CompileOptions())
+        _metrics.metric("CompileTime").add(time.perf_counter() - start)
+        _metrics.counter("CreateCompileHandles").inc()
+        return executable
+
+    def run_stablehlo(self, executable: Any, arrays: list[jax.Array]) -> list[jax.Array]:
+        """Run a `compile_stablehlo` executable on arrays of its device."""
+        start = time.perf_counter()
+        results = [r[0] for r in executable.execute_sharded(arrays)
+                   .disassemble_into_single_device_arrays()]
+        self.launched(results, start)
+        self.check_executions()
+        return results
 
     # --- execution ----------------------------------------------------------
 
