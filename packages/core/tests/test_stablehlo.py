@@ -184,3 +184,22 @@ def test_unsupported_options_and_folders_are_refused(tmp_path):
         shlo.get_stablehlo_text("backward")
     with pytest.raises(ValueError, match=r"takes float32\[5, 4\] here, got float32\[6, 4\]"):
         shlo(torch.randn(6, 4), *inputs[1:])
+
+
+def test_a_training_mode_batch_norm_returns_its_output_not_its_buffer_updates():
+    # The graph reads the running statistics only for their updates, which are not
+    # returned: the module still takes every argument its metadata names.
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.AdaptiveAvgPool2d(1)).train()
+    x = torch.randn(2, 3, 8, 8)
+    want = net(x).detach()  # before export: the statistics the export reads
+    shlo = exported_program_to_stablehlo(export(net, (x,)))
+    meta = shlo._bundle.stablehlo_funcs[0].meta
+    assert len(meta.output_signature) == 1
+    assert text_arguments(shlo.get_stablehlo_text()) == len(meta.input_locations)
+    _close(shlo(x), want)
+
+
+def text_arguments(text: str) -> int:
+    header = next(line for line in text.splitlines() if "func.func public @main" in line)
+    return header.split("->")[0].count("%arg")

@@ -428,7 +428,7 @@ def _lower(exported: ExportedProgram, arguments: list[_Argument | None], flat_us
                     arrays[len(used) + s[1]] if isinstance(s, tuple) else s
                     for s in sources])
 
-    lowered = jax.jit(main).lower(*avals)
+    lowered = jax.jit(main, keep_unused=True).lower(*avals)  # every declared argument
     module = lowered.compiler_ir("stablehlo")
     unused = [(arguments[k].location, _signature(arguments[k].value))
               for k in range(len(arguments)) if arguments[k] is not None and k not in used
