@@ -182,8 +182,9 @@ def test_unsupported_options_and_folders_are_refused(tmp_path):
     shlo = exported_program_to_stablehlo(export(net, inputs))
     with pytest.raises(KeyError, match="no StableHLO function 'backward'"):
         shlo.get_stablehlo_text("backward")
-    with pytest.raises(ValueError, match=r"takes float32\[5, 4\] here, got float32\[6, 4\]"):
-        shlo(torch.randn(6, 4), *inputs[1:])
+    for device in ("cpu", torch_xla.device()):
+        with pytest.raises(ValueError, match=r"takes float32\[5, 4\] here, got float32\[6, 4\]"):
+            shlo(torch.randn(6, 4, device=device), *inputs[1:])
 
 
 def test_a_training_mode_batch_norm_returns_its_output_not_its_buffer_updates():

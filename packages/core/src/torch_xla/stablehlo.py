@@ -269,9 +269,11 @@ def _device_array(value: Any, signature: VariableSignature, index: int) -> jax.A
         inner = functional.unwrap(value)
         graph.materialize([inner])
         node, _ = inner.value
-        if inner.value[1] == 0 and isinstance(node, ir.Data) and node.device == index:
-            return node.array
-        value = value.cpu()
+        if inner.value[1] == 0 and isinstance(node, ir.Data) and node.device == index and \
+                list(node.array.shape) == list(signature.shape) and \
+                node.array.dtype == _numpy_dtype(signature.dtype):
+            return node.array  # already the argument, on its device
+        value = value.cpu()  # another device, storage dtype or shape: checked below
     host = _to_numpy(value) if isinstance(value, torch.Tensor) else np.asarray(value)
     want = _numpy_dtype(signature.dtype)
     if want == ml_dtypes.bfloat16 and host.dtype.kind == "V" and host.dtype.itemsize == 2:
