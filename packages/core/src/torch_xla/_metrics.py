@@ -181,6 +181,21 @@ def is_fallback_counter(name: str) -> bool:
     return bool(sep) and namespace != "xla"
 
 
+def fallback_counts() -> dict[str, int]:
+    """Every CPU-fallback counter's value, by name (zeros included)."""
+    return {n: c.value for n, c in _counters.items() if is_fallback_counter(n)}
+
+
+_GRAPH_RUNS = ("UncachedCompile", "CachedCompile")  # one of them counts every execution
+
+
+def engine_runs() -> int:
+    """Executions of compiled graphs and device-to-host reads so far: code that makes
+    either while a graph is being traced needed a value on the host."""
+    return (sum(_counters[n].value for n in _GRAPH_RUNS if n in _counters)
+            + metric("TransferFromDeviceTime").total_samples)
+
+
 def fallback_ops() -> list[str]:
     """The CPU-fallback counters with a non-zero value, by name."""
     return [n for n in active_counters() if is_fallback_counter(n)]

@@ -46,7 +46,7 @@ from torch.utils import _pytree as pytree
 import torch_xla
 from torch_xla import _metrics
 from torch_xla._atomic import atomic_open
-from torch_xla.lazy import compiler, eager, functional, graph, ir
+from torch_xla.lazy import compiler, eager, functional, graph, ir, transfer
 from torch_xla.lazy.tensor import XLATensor
 from torch_xla.pjrt.client import client
 
@@ -188,10 +188,7 @@ def _torch_dtype(name: str) -> torch.dtype:
 
 
 def _to_numpy(t: torch.Tensor) -> np.ndarray:
-    t = t.detach().cpu().contiguous()
-    if t.dtype == torch.bfloat16:
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
-    return t.numpy()
+    return transfer.to_numpy(t.detach().cpu())
 
 
 class StableHLOGraphModule:
@@ -352,20 +349,22 @@ def exported_program_to_stablehlo(exported_model: ExportedProgram,
                          f"structure: {in_spec} vs {exported.call_spec.in_spec}")
     signature = exported.graph_signature
     arguments: list[_Argument | None] = []  # one per placeholder (None: not a tensor)
+    values: list[Any] = []  # what each placeholder is traced with
     user = iter(range(len(flat_user)))
     for spec in signature.input_specs:
         if spec.kind == InputKind.USER_INPUT:
             position = next(user)
             value = flat_user[position]
+            values.append(value)
             arguments.append(_Argument(InputLocation.input_arg(position), value)
                              if isinstance(value, torch.Tensor) else None)
         elif spec.kind in (InputKind.PARAMETER, InputKind.BUFFER, InputKind.CONSTANT_TENSOR):
-            arguments.append(_Argument(InputLocation.parameter(spec.target),
-                                       _state_value(exported, spec)))
+            values.append(_state_value(exported, spec))
+            arguments.append(_Argument(InputLocation.parameter(spec.target), values[-1]))
         else:
             raise NotImplementedError(f"exporting a program with a {spec.kind.name} input "
                                       f"({spec.arg}) is not supported")
-    func, constants = _lower(exported, arguments, flat_user, options)
+    func, constants = _lower(exported, arguments, values, options)
     state = {}
     if options.export_weights:
         state = {a.location.name: _to_numpy(a.value) for a in arguments
@@ -373,27 +372,22 @@ def exported_program_to_stablehlo(exported_model: ExportedProgram,
     return StableHLOGraphModule(StableHLOModelBundle(state, constants, [func]))
 
 
-def _lower(exported: ExportedProgram, arguments: list[_Argument | None], flat_user: list,
+def _lower(exported: ExportedProgram, arguments: list[_Argument | None], values: list,
            options: StableHLOExportOptions) -> tuple[StableHLOFunc, list[np.ndarray]]:
     """Trace the program on the engine and lower the graph of its user outputs."""
     device = torch_xla.device()
     torch_xla.sync()
-    inputs = [a.value.detach().to(device) if a is not None else flat_user[_user_position(
-        exported, k)] for k, a in enumerate(arguments)]
+    inputs = [v.detach().to(device) if a is not None else v
+              for v, a in zip(values, arguments, strict=True)]
     torch_xla.sync()
     leaf_of = {id(functional.unwrap(t).value[0]): k for k, (t, a) in
                enumerate(zip(inputs, arguments, strict=True)) if a is not None}
-    before = _engine_activity()
-    was = eager.enabled()
-    eager.set_enabled(False)
-    try:
-        with torch.no_grad():
-            outputs = XLAExportInterpreter(exported.graph_module, device).run(*inputs)
-    finally:
-        eager.set_enabled(was)
-    after = _engine_activity()
-    if after != before:
-        on_cpu = sorted(n for n, count in after[1].items() if count > before[1].get(n, 0))
+    runs, fallbacks = _metrics.engine_runs(), _metrics.fallback_counts()
+    with torch.no_grad(), eager.disabled():
+        outputs = XLAExportInterpreter(exported.graph_module, device).run(*inputs)
+    after = _metrics.fallback_counts()
+    if _metrics.engine_runs() != runs or after != fallbacks:
+        on_cpu = sorted(n for n, count in after.items() if count > fallbacks.get(n, 0))
         raise RuntimeError(
             "StableHLO export needs every op of the program in one XLA program, but "
             + (f"{', '.join(on_cpu)} ran on the CPU (no XLA lowering)" if on_cpu else
@@ -404,9 +398,9 @@ def _lower(exported: ExportedProgram, arguments: list[_Argument | None], flat_us
     results = list(outputs)[mutations:]
     if not all(isinstance(r, torch.Tensor) and r.device.type == "xla" for r in results):
         raise RuntimeError("StableHLO export supports programs whose outputs are tensors")
-    values = [functional.unwrap(r).value for r in results]
-    order, position, leaves, _ = graph.walk(values)
-    fn = compiler.graph_function(order, position, leaves, values)
+    roots = [functional.unwrap(r).value for r in results]
+    order, position, leaves, _ = graph.walk(roots)
+    fn = compiler.graph_function(order, position, leaves, roots)
 
     used = sorted({leaf_of[id(leaf)] for leaf in leaves if id(leaf) in leaf_of})
     constants: list[np.ndarray] = []
@@ -447,25 +441,10 @@ def _lower(exported: ExportedProgram, arguments: list[_Argument | None], flat_us
     return StableHLOFunc(meta, mlir.module_to_bytecode(module), text), constants
 
 
-def _user_position(exported: ExportedProgram, placeholder: int) -> int:
-    specs = exported.graph_signature.input_specs
-    return sum(s.kind == InputKind.USER_INPUT for s in specs[:placeholder])
-
-
 def _user_output_spec(exported: ExportedProgram, count: int) -> str | None:
     spec = exported.call_spec.out_spec
     return pytree.treespec_dumps(spec) if spec is not None and spec.num_leaves == count \
         else None
-
-
-def _engine_activity() -> tuple[int, dict[str, int]]:
-    """(programs run and values read from the device so far, CPU fallbacks per op)."""
-    counters = _metrics.counters()
-    runs = sum(counters[n].value for n in ("UncachedCompile", "CachedCompile")
-               if n in counters)
-    transfers = _metrics.metric("TransferFromDeviceTime").total_samples
-    return runs + transfers, {n: c.value for n, c in counters.items()
-                              if _metrics.is_fallback_counter(n)}
 
 
 def save_as_stablehlo(exported_model: ExportedProgram, stablehlo_dir: str | os.PathLike,

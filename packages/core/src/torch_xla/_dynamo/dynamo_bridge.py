@@ -19,11 +19,10 @@ the program, which is then replicated over the job's processes.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import operator
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -45,7 +44,6 @@ ENGINE_PACKAGES = ("torch_xla._dynamo", "torch_xla._metrics", "torch_xla.backend
                    "torch_xla.lazy", "torch_xla.lowering", "torch_xla.pjrt", "jax", "jaxlib")
 
 _SEED = object()  # a program input fed with a fresh RNG seed on every call
-_GRAPH_RUNS = ("UncachedCompile", "CachedCompile")  # one of them counts every execution
 
 
 class _Host:
@@ -182,19 +180,8 @@ def _pending_arguments(args: Sequence[Any]) -> list[XLATensor]:
 # --- tracing: the FX graph run once on the lazy engine ------------------------------------
 
 
-def _engine_runs() -> int:
-    """Executions and device-to-host reads so far: a node that makes either cannot be
-    part of a program (it needs a value on the host while the graph runs)."""
-    counters = _metrics.counters()
-    return (sum(counters[n].value for n in _GRAPH_RUNS if n in counters)
-            + _FROM_DEVICE.total_samples)
-
-
-_FROM_DEVICE = _metrics.metric("TransferFromDeviceTime")
-
-
 def _fallbacks() -> int:
-    return sum(c.value for n, c in _metrics.counters().items() if _metrics.is_fallback_counter(n))
+    return sum(_metrics.fallback_counts().values())
 
 
 def _tensors(value: Any) -> list:
@@ -238,7 +225,7 @@ class _Tracer(torch.fx.Interpreter):
         self._from_inputs: set[torch.fx.Node] = set()
 
     def run_node(self, n: torch.fx.Node) -> Any:
-        runs, fallbacks = _engine_runs(), _fallbacks()
+        runs, fallbacks = _metrics.engine_runs(), _fallbacks()
         result = super().run_node(n)
         if n.op == "placeholder" or any(a in self._from_inputs for a in n.all_input_nodes):
             self._from_inputs.add(n)
@@ -248,7 +235,7 @@ class _Tracer(torch.fx.Interpreter):
         from_inputs = n in self._from_inputs
         leaves_cpu = from_inputs and (
             _off_xla(result) or _off_xla_operand(args) or _off_xla_operand(kwargs))
-        if leaves_cpu or _engine_runs() != runs or _fallbacks() != fallbacks:
+        if leaves_cpu or _metrics.engine_runs() != runs or _fallbacks() != fallbacks:
             self.unsupported.append(n)
         elif from_inputs and (_off_xla(args) or _off_xla(kwargs)):
             self.host_scalars.append(n)
@@ -312,17 +299,6 @@ class _Inputs:
         rng.new_epoch()
 
 
-@contextlib.contextmanager
-def _lazy_mode() -> Iterator[None]:
-    """Eager mode off: the trace records the graph instead of running op by op."""
-    was = eager.enabled()
-    eager.set_enabled(False)
-    try:
-        yield
-    finally:
-        eager.set_enabled(was)
-
-
 def _trace(gm: torch.fx.GraphModule, args: Sequence[Any], host: bool = False,
            ) -> CompiledGraph | list:
     """The graph compiled for these arguments, or the nodes that keep it from being one
@@ -330,7 +306,7 @@ def _trace(gm: torch.fx.GraphModule, args: Sequence[Any], host: bool = False,
     inputs = _Inputs(args, host)
     tracer = _Tracer(gm)
     try:
-        with torch.no_grad(), _lazy_mode():
+        with torch.no_grad(), eager.disabled():
             out = tracer.run(*inputs.args)
         if tracer.unsupported or tracer.host_scalars or inputs.host_mutated():
             return tracer.unsupported

@@ -12,6 +12,9 @@ shapes never compiles again; compilations and executions are timed as
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from torch_xla.lazy import graph, ir, tensor
 
 
@@ -29,3 +32,14 @@ def set_enabled(enable: bool) -> None:
 
 def enabled() -> bool:
     return tensor.is_eager()
+
+
+@contextlib.contextmanager
+def disabled() -> Iterator[None]:
+    """Ops record (eager mode off) inside the block; the mode before it after."""
+    was = enabled()
+    set_enabled(False)
+    try:
+        yield
+    finally:
+        set_enabled(was)

@@ -253,15 +253,12 @@ def _warn_captured(name: str, constants: list[ir.Data], held: set[int]) -> None:
 def _recording():
     """Ops record (eager mode off) while a function runs over placeholders; on failure,
     nothing computed from a placeholder is left for a sync to read."""
-    was_eager = eager.enabled()
-    eager.set_enabled(False)
-    try:
-        yield
-    except BaseException:
-        loop.discard_recorded(PureInput)
-        raise
-    finally:
-        eager.set_enabled(was_eager)
+    with eager.disabled():
+        try:
+            yield
+        except BaseException:
+            loop.discard_recorded(PureInput)
+            raise
 
 
 def signature(leaves: list) -> tuple:

@@ -33,13 +33,13 @@ import contextlib
 import math
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.utils._pytree import tree_map
+from torch.utils._pytree import tree_leaves, tree_map
 
 import torch_xla
 import torch_xla.core.xla_model as xm
@@ -72,7 +72,6 @@ class _Unit:
     full: torch.Tensor | None = None  # the gathered leaf of this forward
     regathered: torch.Tensor | None = None  # the one gathered again for backward
     pending: torch.Tensor | None = None  # gradients held back by no_sync()
-    hooks: list = field(default_factory=list)
 
 
 class XlaFullyShardedDataParallel(nn.Module):
@@ -361,9 +360,9 @@ class XlaFullyShardedDataParallel(nn.Module):
             full = xm.all_gather(shard, dim=0, groups=self.sharding_groups,
                                  pin_layout=self.pin_layout)
         full.requires_grad_(unit.shard.requires_grad)
-        if full.requires_grad:
-            unit.hooks.append(full.register_post_accumulate_grad_hook(
-                lambda leaf, unit=unit: self._reduce_gradient(unit, leaf)))
+        if full.requires_grad:  # the hook lives and dies with the leaf
+            full.register_post_accumulate_grad_hook(
+                lambda leaf, unit=unit: self._reduce_gradient(unit, leaf))
         return full
 
     def _pack(self, saved: torch.Tensor) -> Any:
@@ -558,14 +557,8 @@ class _Barrier(torch.autograd.Function):
     @staticmethod
     def through(shards: list[torch.Tensor], tree: Any) -> tuple[Any, Any, list[torch.Tensor]]:
         """`shards` and the XLA tensors in `tree` (args, kwargs) through one barrier."""
-        found: list[torch.Tensor] = []
-
-        def collect(value: Any) -> Any:
-            if isinstance(value, torch.Tensor) and value.device.type == "xla":
-                found.append(value)
-            return value
-
-        tree_map(collect, tree)
+        found = [v for v in tree_leaves(tree)
+                 if isinstance(v, torch.Tensor) and v.device.type == "xla"]
         values = _Barrier.apply(*shards, *found)
         new = dict(zip(map(id, found), values[len(shards):], strict=True))
         first, second = tree_map(lambda v: new.get(id(v), v), tree)
@@ -636,10 +629,7 @@ def _release(unit: _Unit) -> None:
     for e in unit.entries:
         setattr(e.module, e.attr, torch.empty(e.shape, dtype=dtype, device="meta"))
     unit.full = unit.regathered = None
-    unit.hooks.clear()
 
 
 def _tensors(value: Any) -> list[torch.Tensor]:
-    found: list[torch.Tensor] = []
-    tree_map(lambda v: found.append(v) if isinstance(v, torch.Tensor) else None, value)
-    return found
+    return [v for v in tree_leaves(value) if isinstance(v, torch.Tensor)]
