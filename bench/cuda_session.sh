@@ -14,6 +14,9 @@
 #                                                   # ENGINE_TESTS="files": only these
 #                                                   # engine tests (paths under
 #                                                   # packages/core), on the GPU
+#                                                   # ENGINE_FILES="files": the full
+#                                                   # run's last stage runs these
+#                                                   # instead of the numerics files
 #
 # Every stage runs under its own time limit and the script goes on after a failed stage,
 # so one run reports all it can; logs and JSON figures land in $OUT.
@@ -123,14 +126,19 @@ stage "bench/compiled_optimizer.py: AdamW lazy or compiled, capturable or not, o
 timeout 120 python3 bench/compiled_optimizer.py
 stage "bench/dynamo_call.py: host time of one cached torch.compile call on the GPU"
 timeout 60 python3 bench/dynamo_call.py
+stage "bench/donation_memory.py: the device's peak memory of an AdamW step, donating or not"
+timeout 90 python3 bench/donation_memory.py --json "$OUT/donation-cuda.json"
+stage "bench/host_read_retention.py: host memory that reads and checkpoint saves leave behind"
+timeout 120 python3 bench/host_read_retention.py --json "$OUT/host-reads-cuda.json"
 
 if [ -z "${BENCH_ONLY:-}" ]; then
 stage "host cost of one recorded op"
 timeout 90 python3 bench/record_per_op.py
 
-stage "engine numerics tests with PJRT_DEVICE=CUDA"
-engine_tests tests/engine/test_device.py tests/engine/test_opinfo.py \
+stage "engine tests with PJRT_DEVICE=CUDA"
+# shellcheck disable=SC2086 - a list of paths
+engine_tests ${ENGINE_FILES:-tests/engine/test_device.py tests/engine/test_opinfo.py \
     tests/engine/test_training.py tests/engine/test_dtypes.py tests/engine/test_views.py \
-    tests/engine/test_rnn.py tests/engine/test_device_autograd.py
+    tests/engine/test_rnn.py tests/engine/test_device_autograd.py}
 fi
 stage "done"

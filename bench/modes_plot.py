@@ -32,7 +32,7 @@ DEFAULT_OUT = HERE.parent / "docs" / "images"
 BENCHMARKS = {"mnist": ("mnist_cnn.py", "MNIST CNN, batch 128, SGD momentum"),
               "gpt": ("small_gpt.py", "small GPT 2x128, T=64, batch 16, AdamW")}
 MODES = ("eager", "lazy", "dynamo", "floor")
-LABELS = {"eager": "eager PyTorch (CPU)", "lazy": "torch-xla lazy",
+LABELS = {"eager": "eager PyTorch ({})", "lazy": "torch-xla lazy",
           "dynamo": "torch-xla dynamo (openxla)", "floor": "JAX jit (floor)"}
 COLORS = {"eager": "tab:gray", "lazy": "tab:blue", "dynamo": "tab:orange", "floor": "tab:green"}
 
@@ -67,13 +67,23 @@ def medians(runs: list[dict]) -> dict[str, float]:
     return {mode: statistics.median(r[mode] for r in runs) for mode in MODES}
 
 
+def _eager_device(data: dict) -> str:
+    """Where the eager mode ran ("CPU", or "CUDA" for `--eager-device cuda` runs)."""
+    runs = next(iter(data["results"].values()))
+    return runs[0].get("eager_device", "cpu").upper()
+
+
+def _label(mode: str, data: dict) -> str:
+    return LABELS[mode].format(_eager_device(data))
+
+
 def _column(runs: list[dict], key, fmt: str = "{:.1f}") -> str:
     return " / ".join(fmt.format(key(r)) for r in runs)
 
 
 def markdown_table(data: dict) -> str:
-    rows = ["| workload | eager CPU | lazy | dynamo | JAX floor | lazy / floor | dynamo / floor "
-            "| cache hits lazy / dynamo | load average (1 min) |",
+    rows = [f"| workload | eager {_eager_device(data)} | lazy | dynamo | JAX floor "
+            "| lazy / floor | dynamo / floor | cache hits lazy / dynamo | load average (1 min) |",
             "|---|---|---|---|---|---|---|---|---|"]
     for name, runs in data["results"].items():
         def col(key, fmt="{:.1f}", runs=runs):
@@ -110,11 +120,12 @@ def plot(data: dict, path: Path) -> Path:
             ax.annotate(f"{ratio:.2f}x", (i, max(values)),
                         textcoords="offset points", xytext=(0, 4), ha="center", fontsize=9)
         ax.axhline(mid["floor"], color=COLORS["floor"], linestyle="--", linewidth=1)
-        ax.set_xticks(range(len(MODES)), [LABELS[m].replace(" (", "\n(") for m in MODES],
+        ax.set_xticks(range(len(MODES)), [_label(m, data).replace(" (", "\n(") for m in MODES],
                       fontsize=8)
         ax.set_ylabel("steps/s (median of runs; bar: range)")
         cfg = data["config"]
-        ax.set_title(f"{BENCHMARKS[name][1]}\n{len(runs)} runs, each the median of "
+        runs_text = f"{len(runs)} run{'s' if len(runs) > 1 else ''}"
+        ax.set_title(f"{BENCHMARKS[name][1]}\n{runs_text}, each the median of "
                      f"{cfg['windows']} windows of {cfg['steps_per_window']} steps", fontsize=10)
         ax.set_ylim(0, 1.18 * max(max(r[m] for r in runs) for m in MODES))
     fig.suptitle("steps/s per mode against the JAX floor (above each bar: the median over "
