@@ -320,6 +320,21 @@ def test_integer_and_bool_inputs_the_cpu_takes_stay_on_the_device(device, metric
     assert metrics.executed_fallback_ops() == []
 
 
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64, torch.uint8])
+def test_histc_of_integers_computes_on_the_device_as_on_cuda(device, metrics, dtype):
+    """The CPU's histc takes floating types only; CUDA's takes integers too, and
+    transformers' mixture-of-experts layers count tokens per expert with histc of int32
+    expert ids on every device but the CPU. Reference: the CPU's histc of the same values
+    as float32 (integer min and max: CUDA's integer arithmetic bins them the same way),
+    in the input's dtype, as CUDA returns it."""
+    x = torch.tensor([[0, 3, 1, 3], [2, 7, 3, 0]], dtype=dtype)  # 7 is out of range
+    for bins, lo, hi in ((4, 0, 3), (3, 0, 3), (8, 0, 0)):
+        got = torch.histc(x.to(device), bins=bins, min=lo, max=hi).cpu()
+        assert got.dtype == dtype
+        assert_close(got, torch.histc(x.float(), bins=bins, min=lo, max=hi).to(dtype))
+    assert metrics.executed_fallback_ops() == []
+
+
 @pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
 def test_unsigned_types_the_cpu_barely_implements_compute_on_the_device(device, metrics, dtype):
     """torch gives uint16/32/64 almost no CPU kernels ("add_stub" not implemented for

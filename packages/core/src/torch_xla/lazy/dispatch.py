@@ -443,6 +443,11 @@ _DTYPE_REFUSALS = ("not supported", "does not support", "only support",
 # 'Half' (accelerators have those kernels), and the unsigned types torch gives almost no
 # kernels (PyTorch/XLA adds uint64 tensors: upstream's test_data_type does).
 _UNPROBED = frozenset({torch.uint16, torch.uint32, torch.uint64})
+# Ops whose CPU kernel lacks the integer types that torch's other backends have: `histc`
+# ("histogram_cpu" not implemented for 'Int'; CUDA's kernel takes every type, and
+# transformers' mixture-of-experts layers count tokens per expert with `histc` of int32
+# expert ids on any device but the CPU).
+_CPU_INTEGER_GAPS = frozenset({torch.ops.aten.histc.default})
 
 _PROBE_ELEMENTS = 1 << 16  # larger tensors are probed with every dimension 1
 
@@ -459,6 +464,8 @@ def _cpu_refuses_dtypes(func: OpOverload, args: tuple, kwargs: dict, random: boo
     op to the CPU, which raises torch's own error on the real inputs. Other errors of the
     probe (of its shapes, say) are not refusals.
     """
+    if func in _CPU_INTEGER_GAPS:
+        return False
     tensors = [a for a in pytree.tree_leaves((args, kwargs)) if isinstance(a, torch.Tensor)]
     if all(t.dtype.is_floating_point or t.dtype.is_complex for t in tensors) or any(
             t.dtype in _UNPROBED for t in tensors):
