@@ -132,10 +132,15 @@ def conformance(session: nox.Session, plugin: str) -> None:
     pytest(session, *args, env=env, parallel=False)
 
 
+# transformers' Trainer as PyTorch/XLA users run it (integration/test_hf_trainer.py);
+# pinned, so that a new release cannot change what the test runs.
+HF_TRAINER = ("transformers==5.24.0", "accelerate==1.15.0")
+
+
 @nox.session(python=PYTHONS, tags=["tests"])
 def integration(session: nox.Session) -> None:
     install(session, "core", "plugin-cpu")
-    session.install("build", "hatchling", "scikit-learn")
+    session.install("build", "hatchling", "scikit-learn", *HF_TRAINER)
     pytest(session, "integration")
 
 

@@ -88,8 +88,6 @@ REASONS: dict[str | tuple[str, str], str] = {
     "behind `send_cpu_data_to_device`",
     ("torch_xla.core.xla_model", "send"): NOT_BUILT + "XLA Send/Recv point-to-point ops",
     ("torch_xla.core.xla_model", "recv"): NOT_BUILT + "XLA Send/Recv point-to-point ops",
-    ("torch_xla.core.xla_model", "set_replication"): NOT_BUILT + "upstream's "
-    "thread-per-device replication set-up (XRT era); `xmp.spawn` sets replication up here",
     # torch_xla.distributed
     ("torch_xla.distributed.parallel_loader", "PerDeviceQueue"): NOT_BUILT + "upstream's "
     "internal queue class of `ParallelLoader`",

@@ -3,6 +3,7 @@ PyTorch where values are involved; the multi-process ones through `xmp.spawn`.""
 
 from __future__ import annotations
 
+import copy
 import io
 import sys
 import threading
@@ -280,3 +281,109 @@ def test_xla_device_kind_is_the_runtime_device_kind(device):
 
     assert xm.xla_device_kind() == jax.devices()[0].device_kind == "cpu"
     assert xm.xla_device_kind(device) == xr.runtime_device_attributes(device)["device_kind"]
+
+
+def test_set_replication_sets_the_threads_device_among_this_processs_devices():
+    """accelerate calls `xm.set_replication(device, xm.get_xla_supported_devices())` in
+    every process; the device becomes the calling thread's, and a replica set naming
+    devices this process does not drive is refused with what to do."""
+    result = run_python("""
+        import threading
+        import torch, torch_xla, torch_xla.core.xla_model as xm
+        xm.set_replication(torch.device("xla:0"), xm.get_xla_supported_devices())
+        print(torch_xla.device())
+        xm.set_replication("xla:1", ["xla:0", "xla:1"])
+        print(torch_xla.device(), (torch.ones(2, device="xla") + 1).device)
+        seen = []
+        t = threading.Thread(target=lambda: seen.append(str(torch_xla.device())))
+        t.start(); t.join()
+        print(seen[0])  # another thread keeps its own device
+        for device, devices in (("xla:1", ["xla:0"]), ("xla:0", ["xla:0", "xla:3"]),
+                                ("cpu", ["xla:0"])):
+            try:
+                xm.set_replication(device, devices)
+            except (ValueError, RuntimeError) as error:
+                print(type(error).__name__, error)
+    """, env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "2"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.strip().splitlines()
+    assert lines[:3] == ["xla:0", "xla:1 xla:1", "xla:0"]
+    assert lines[3] == ("ValueError set_replication: xla:1 is not one of the replica devices "
+                        "['xla:0']; pass the devices the replicas run on, the device among them.")
+    assert lines[4].startswith("ValueError set_replication: xla:3 not among this process's "
+                               "devices ['xla:0', 'xla:1']; replicas on other processes")
+    assert lines[5].startswith("RuntimeError Invalid device 'cpu'")
+
+
+def test_fetch_gradients_are_aliases_a_collective_updates_in_place(device):
+    """accelerate's gradient reduction: `xm.all_reduce("sum", xm._fetch_gradients(opt),
+    scale=1 / world)` must change `p.grad`. Reference: eager CPU gradients, scaled."""
+    torch.manual_seed(0)
+    cpu = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Linear(4, 2))
+    frozen = torch.nn.Linear(2, 2)  # in the optimizer, never used: no gradient
+    xla = copy.deepcopy(torch.nn.ModuleList([cpu, frozen])).to(device)
+    x = torch.randn(5, 3)
+    cpu(x).square().sum().backward()
+    xla[0](x.to(device)).square().sum().backward()
+    opt = torch.optim.SGD(xla.parameters(), lr=0.1)
+    grads = xm._fetch_gradients(opt)
+    assert len(grads) == 4  # the frozen layer's two parameters have none
+    xm.all_reduce(xm.REDUCE_SUM, grads, scale=0.25)
+    for p, q in zip(cpu.parameters(), xla[0].parameters(), strict=True):
+        torch.testing.assert_close(q.grad.cpu(), p.grad * 0.25)
+
+
+def test_maybe_convert_to_cpu_computes_pending_tensors_in_one_graph(device):
+    """transformers saves `xm._maybe_convert_to_cpu(model.state_dict())`: every XLA tensor
+    of any nesting comes back on the CPU, the pending ones computed together; with
+    `convert=False` they are computed and stay on the device."""
+    import torch_xla.debug.metrics as met
+
+    x = torch.arange(6.0)
+    t = x.to(device)
+    data = {"a": t * 2, "b": [t + 1, (t.sum(), "text")], "c": 3}
+    met.clear_all()
+    cpu = xm._maybe_convert_to_cpu(data)
+    graphs = (met.counter_value("UncachedCompile") or 0) + (met.counter_value("CachedCompile") or 0)
+    assert graphs == 1
+    assert cpu["b"][1][1] == "text" and cpu["c"] == 3
+    torch.testing.assert_close([cpu["a"], cpu["b"][0], cpu["b"][1][0]], [x * 2, x + 1, x.sum()])
+    assert all(v.device.type == "cpu" for v in (cpu["a"], cpu["b"][0], cpu["b"][1][0]))
+
+    pending = {"d": t * 3}
+    kept = xm._maybe_convert_to_cpu(pending, convert=False)
+    assert kept is pending and kept["d"].device == device
+    from torch_xla.lazy import functional
+    assert functional.unwrap(kept["d"])._node.rule is None  # computed: device data
+    torch.testing.assert_close(kept["d"].cpu(), x * 3)
+
+
+def test_aliases_of_one_tensor_share_one_cpu_copy_as_a_cpu_state_dict_does(device):
+    """A tied weight is two `param.detach()`s in a state dict. On the CPU they share
+    storage, so `torch.save` writes it once and `save_pretrained` sees the tie; the CPU
+    copies `xm.save` and `xm._maybe_convert_to_cpu` make must share in the same way."""
+    def tied(model_device):
+        torch.manual_seed(0)
+        m = torch.nn.Sequential(torch.nn.Embedding(5, 3), torch.nn.Linear(3, 5, bias=False))
+        m = m.to(model_device)
+        m[1].weight = m[0].weight  # tied after the move, as PyTorch/XLA asks
+        return m.state_dict()
+
+    def saved(state, save):
+        buffer = io.BytesIO()
+        save(state, buffer)
+        buffer.seek(0)
+        return torch.load(buffer)
+
+    def shared(state):
+        return state["0.weight"].untyped_storage().data_ptr() == \
+            state["1.weight"].untyped_storage().data_ptr()
+
+    cpu = saved(tied("cpu"), torch.save)
+    ours = saved(tied(device), xm.save)
+    assert shared(cpu) and shared(ours)
+    torch.testing.assert_close(ours, cpu)
+    converted = xm._maybe_convert_to_cpu({**tied(device), "other": torch.ones(2).to(device)})
+    assert shared(converted)
+    assert converted["other"].untyped_storage().data_ptr() != \
+        converted["0.weight"].untyped_storage().data_ptr()

@@ -223,7 +223,7 @@ def reduce_gradients(
                 "this optimizer steps XlaFullyShardedDataParallel's shards, whose gradients "
                 "are already averaged over the group and differ between replicas (each is a "
                 "different part): call optimizer.step() instead.")
-        gradients = [p.grad for p in params if p.grad is not None]
+        gradients = _fetch_gradients(optimizer)
         bucket_cap_mb = env_int(BUCKET_SIZE_ENV, 0, minimum=0)
         if bucket_cap_mb > 0:
             all_reduce_bucketized_gradients(
@@ -232,6 +232,14 @@ def reduce_gradients(
         else:
             all_reduce(REDUCE_SUM, gradients, scale=1.0 / count, groups=groups,
                        pin_layout=pin_layout)
+
+
+def _fetch_gradients(optimizer: torch.optim.Optimizer) -> list[torch.Tensor]:
+    """The gradients of `optimizer`'s parameters that have one, in parameter order, as
+    `.data` aliases: a collective run on them in place (accelerate reduces gradients with
+    `xm.all_reduce("sum", xm._fetch_gradients(opt), scale=...)`) updates `p.grad`."""
+    return [p.grad.data for group in optimizer.param_groups for p in group["params"]
+            if isinstance(p, torch.Tensor) and p.grad is not None]
 
 
 BUCKET_SIZE_ENV = "ALLREDUCE_GRADIENTS_BUCKET_SIZE_MB"
@@ -568,6 +576,36 @@ def get_xla_supported_devices(devkind: str | None = None, max_devices: int | Non
     return [f"xla:{i}" for i in range(count)]
 
 
+def set_replication(device: torch.device | str,
+                    devices: list[torch.device | str] | None) -> None:
+    """Make `device` the calling thread's xla device, within the replica set `devices`.
+
+    PyTorch/XLA's set-up of a replica (accelerate calls it in every process with
+    `get_xla_supported_devices()`). Here replicas are `xmp.spawn`'s processes, or its
+    threads when one process drives several devices, and they are set up by it: `devices`
+    is checked to hold `device` and only this process's devices, and the thread's device
+    is set, as PyTorch/XLA's `_xla_set_default_device` does.
+    """
+    local = get_xla_supported_devices()
+    name = _device_name(device)
+    names = [_device_name(d) for d in devices or []]
+    if names and name not in names:
+        raise ValueError(f"set_replication: {name} is not one of the replica devices {names}; "
+                         "pass the devices the replicas run on, the device among them.")
+    foreign = [d for d in [name, *names] if d not in local]
+    if foreign:
+        raise ValueError(
+            f"set_replication: {', '.join(sorted(set(foreign)))} not among this process's "
+            f"devices {local}; replicas on other processes are set up by xmp.spawn "
+            "(or torch_xla.launch), each process naming its own devices.")
+    torch_xla._XLAC._xla_set_default_device(name)
+
+
+def _device_name(device: torch.device | str) -> str:
+    """`xla:N` for an xla device (`xla` alone is the calling thread's)."""
+    return f"xla:{torch_xla._XLAC._xla_get_device_ordinal(device)}"
+
+
 def xla_real_devices(devices: list[torch.device | str] | None = None) -> list[str]:
     """Runtime names (`'CPU:0'`, ...) of `xla:N` devices (default: this process's)."""
     return torch_xla._XLAC._xla_real_devices(
@@ -661,9 +699,32 @@ class RateTracker:
 
 
 def _to_cpu(data: Any) -> Any:
-    return tree_map_only(
-        torch.Tensor, lambda t: t.detach().to("cpu") if t.device.type == "xla" else t, data
-    )
+    """`data` with each XLA tensor replaced by a CPU copy. Aliases of one device value
+    share one copy, as their CPU counterparts share storage: a state dict holds a tied
+    weight under two names (two `param.detach()`s), which `torch.save` then writes once
+    and transformers' `save_pretrained` recognises as tied."""
+    copies: dict[tuple[int, int], torch.Tensor] = {}
+
+    def move(t: torch.Tensor) -> torch.Tensor:
+        if t.device.type != "xla":
+            return t
+        inner = functional.unwrap(t)
+        key = (id(inner._node), inner._index)  # the nodes live on in `data` meanwhile
+        copy = copies.get(key)
+        if copy is None:
+            copy = copies[key] = t.detach().to("cpu")
+        return copy
+
+    return tree_map_only(torch.Tensor, move, data)
+
+
+def _maybe_convert_to_cpu(data: Any, convert: bool = True) -> Any:
+    """`data` (any nesting) with its pending XLA tensors computed in one graph and, with
+    `convert`, every XLA tensor replaced by a CPU copy (transformers saves a model's
+    `state_dict()` on an xla device through it). The copies are made all at once, as
+    `xm.save` makes them; `torch_xla.utils.serialization.save` holds one at a time."""
+    graph.compute_pending(data)
+    return _to_cpu(data) if convert else data
 
 
 def save(
@@ -677,8 +738,7 @@ def save(
     the permissions `torch.save` gives; errors name `file_or_path`.
     """
     if not master_only or is_master_ordinal(local=not global_master):
-        graph.compute_pending(data)  # one graph for every pending tensor, not one per tensor
-        cpu_data = _to_cpu(data)
+        cpu_data = _maybe_convert_to_cpu(data)  # pending tensors computed in one graph
         if isinstance(file_or_path, (str, os.PathLike)):
             with atomic_open(file_or_path) as f:
                 torch.save(cpu_data, f)
