@@ -703,17 +703,19 @@ def _to_cpu(data: Any) -> Any:
     share one copy, as their CPU counterparts share storage: a state dict holds a tied
     weight under two names (two `param.detach()`s), which `torch.save` then writes once
     and transformers' `save_pretrained` recognises as tied."""
-    copies: dict[tuple[int, int], torch.Tensor] = {}
+    # (id of the node, output index) -> (the node, its copy): holding the node keeps its
+    # id from going to another node while the map runs (reading a pending tensor
+    # replaces its node with the computed one).
+    copies: dict[tuple[int, int], tuple[Any, torch.Tensor]] = {}
 
     def move(t: torch.Tensor) -> torch.Tensor:
         if t.device.type != "xla":
             return t
         inner = functional.unwrap(t)
-        key = (id(inner._node), inner._index)  # the nodes live on in `data` meanwhile
-        copy = copies.get(key)
-        if copy is None:
-            copy = copies[key] = t.detach().to("cpu")
-        return copy
+        key = (id(inner._node), inner._index)
+        if key not in copies:
+            copies[key] = (inner._node, t.detach().to("cpu"))
+        return copies[key][1]
 
     return tree_map_only(torch.Tensor, move, data)
 

@@ -444,7 +444,7 @@ _DTYPE_REFUSALS = ("not supported", "does not support", "only support",
 # kernels (PyTorch/XLA adds uint64 tensors: upstream's test_data_type does).
 _UNPROBED = frozenset({torch.uint16, torch.uint32, torch.uint64})
 # Ops whose CPU kernel lacks the integer types that torch's other backends have: `histc`
-# ("histogram_cpu" not implemented for 'Int'; CUDA's kernel takes every type, and
+# ("histogram_cpu" not implemented for 'Int'; the accelerators' kernels take every type, and
 # transformers' mixture-of-experts layers count tokens per expert with `histc` of int32
 # expert ids on any device but the CPU).
 _CPU_INTEGER_GAPS = frozenset({torch.ops.aten.histc.default})
