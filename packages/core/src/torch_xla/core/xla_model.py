@@ -767,8 +767,7 @@ def do_on_ordinals(target: Callable[..., Any], data: tuple = (),
     running = xr.global_ordinal() in ordinals
     result = None
     if running:
-        graph.compute_pending(data)
-        result = target(*_to_cpu(data))
+        result = target(*_maybe_convert_to_cpu(data))
     rendezvous("torch_xla.core.xla_model.do_on_ordinals")
     return result
 
