@@ -268,3 +268,75 @@ def test_git_revisions_and_the_lazy_backend():
     """, {"PJRT_DEVICE": "CPU"})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["True", "6.0"]
+
+
+def test_run_cached_graph_runs_what_a_sync_compiled_on_device_or_cpu_inputs(device):
+    """PyTorch/XLA's caller names a graph, syncs it, then replays it by name (its compile
+    cache is keyed by the graph's hash), with inputs on the device or on the CPU."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))
+    x = torch.randn(3, 8)
+    expected = model(x)
+    model.to(device)
+    out = model(x.to(device))
+    ids, inputs = xlac._get_tensors_xla_device_data_node([out])
+    name = xlac._get_graph_hash([out])
+    xlac._xla_sync_multi([out], [])
+    met.clear_all()
+    for given in (inputs, [t.cpu() for t in inputs]):
+        replayed = xlac._run_cached_graph(name, given)
+        assert len(replayed) == 1 and replayed[0].device == device
+        assert torch.allclose(replayed[0].cpu(), expected, rtol=1e-5, atol=1e-6)
+    assert met.metric_data("RunCachedGraphInputData")[0] == 2  # one sample per call
+    assert met.metric_data("RunCachedGraphOutputData")[0] == 2
+    assert not met.metric_data("CompileTime")  # the sync's program, found by name
+    with pytest.raises(RuntimeError, match="No compiled graph with hash 'nothing'"):
+        xlac._run_cached_graph("nothing", inputs)
+
+
+def test_graph_hash_names_marked_donors_only_under_the_donor_config(device):
+    from torch_xla._dynamo.dynamo_bridge import alias_with_buffer_donor_config
+
+    x = torch.randn(5, 5).to(device)
+    res = torch.cos(x)
+    plain = xlac._get_graph_hash([res])
+    assert xlac._set_buffer_donation(x, True)
+    assert xlac._get_graph_hash([res]) == plain
+    with alias_with_buffer_donor_config() as before:
+        assert before is False and xlac._xla_get_enable_alias_with_buffer_donor_config()
+        marked = xlac._get_graph_hash([res])
+    assert not xlac._xla_get_enable_alias_with_buffer_donor_config()
+    assert marked != plain
+    xlac._set_buffer_donation(x, False)
+
+
+def test_on_ready_callback_runs_once_the_buffer_is_ready(device):
+    import threading
+
+    from torch_xla.experimental import callback
+
+    c = torch_xla.compile(lambda: torch.ones(64, 64, device=device) @ torch.ones(64, 64,
+                                                                               device=device))()
+    seen, ready = [], threading.Event()
+
+    def cb(tensor):
+        seen.append((tensor, threading.current_thread() is threading.main_thread(),
+                     "Data Handle: None" in xlac._get_xla_tensor_debug_info(tensor)))
+        ready.set()
+
+    callback.on_ready_callback(c, cb)
+    assert ready.wait(30)
+    assert seen == [(c, False, False)]  # the tensor itself, on another thread, with a buffer
+    assert torch.equal(c.cpu(), torch.full((64, 64), 64.0))
+    with pytest.raises(RuntimeError, match="still pending.*torch_xla.sync"):
+        callback.on_ready_callback(c + 1, cb)
+
+
+def test_debug_info_says_a_donated_buffer_is_deleted(device):
+    x = torch.randn(4, 4).to(device)
+    assert "Data Handle: Deleted" not in xlac._get_xla_tensor_debug_info(x)
+    assert xlac._set_buffer_donation(x, True)
+    y = x * 2
+    xm.mark_step()
+    assert y.shape == (4, 4)
+    assert "  Data Handle: Deleted\n" in xlac._get_xla_tensor_debug_info(x)

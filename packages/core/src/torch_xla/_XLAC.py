@@ -700,6 +700,20 @@ def _check_tensor_need_materialization(tensors: list) -> list[bool]:
             and functional.unwrap(t)._node.rule is not None for t in tensors]
 
 
+def _on_ready_callback(tensor: Any, callback: Any) -> None:
+    """Call `callback()`, on another thread, once the device buffer of `tensor` holds its
+    value (`torch_xla.experimental.callback.on_ready_callback`)."""
+    from torch_xla.lazy import functional, graph
+    from torch_xla.pjrt.client import client
+
+    node = functional.unwrap(tensor)._node
+    if node.rule is not None:
+        raise RuntimeError("_on_ready_callback: the tensor's value is still pending, so it "
+                           "has no device buffer yet; sync it first (torch_xla.sync()).")
+    graph.check_not_donated([node])
+    client().on_ready(node.array, callback)
+
+
 def _get_tensors_handle(tensors: list) -> list[int]:
     """A handle per tensor naming its device buffer (equal for tensors on one buffer)."""
     from torch_xla.lazy import functional, graph
@@ -791,8 +805,9 @@ def _data_debug_lines(node: Any, shape_text: str, device: str) -> list[str]:
     from torch_xla.pjrt.client import client
 
     if not spmd.enabled():
+        handle = "Deleted" if node.array.is_deleted() else id(node.array)  # donated
         return ["XLAData: ", f"  Data Device: {device}", f"  Data Shape: {shape_text}",
-                f"  Data Handle: {id(node.array)}"]
+                f"  Data Handle: {handle}"]
     laid_out = sharding.data_layout(node) or node.array.sharding
     text = spmd.sharding_text(laid_out, node.array.ndim, client().global_devices)
     return ["XLAShardedData: ", f"  Data Device: {device}", f"  Data Shape: {shape_text}",

@@ -36,7 +36,8 @@ def run_step(tmp_path, fmt: str | None = None, **env: str):
     result = run_python(f"import runpy; runpy.run_path({str(script)!r}, run_name='__main__')",
                         env)
     assert result.returncode == 0, result.stderr
-    return path.read_text(), result
+    assert not path.exists()  # PyTorch/XLA's name: the path, then the device's ordinal
+    return (tmp_path / "graphs.txt.0").read_text(), result
 
 
 def test_text_dump_appends_every_synced_graph(tmp_path):
@@ -105,9 +106,27 @@ def test_custom_op_name_prefix_names_one_op(tmp_path):
           "XLA_SAVE_TENSORS_FMT": "hlo"})
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["True", "False"]  # device data has no op to name
-    text = path.read_text()
+    text = (tmp_path / "graphs.txt.0").read_text()
     assert 'op_name="jit(graph_fn)/Block[0]/forward(model.py:3)/aten__relu/' in text
     assert "aten__mul" not in text and "aten__mm" not in text  # only the named op
+
+
+def test_a_compiled_graph_is_dumped_when_compiled_and_on_every_call(tmp_path):
+    """As PyTorch/XLA's bridge does: `[dynamo]` records, the graph's IR in each."""
+    path = tmp_path / "graphs.txt"
+    result = run_python("""
+        import torch, torch_xla
+        f = torch.compile(lambda x, y: torch.cos(x) + torch.sin(y), backend="openxla")
+        x, y = torch.tensor(1.0).to("xla"), torch.tensor(2.0).to("xla")
+        for _ in range(3):
+            f(x, y)
+        torch_xla.sync()
+    """, {"PJRT_DEVICE": "CPU", "XLA_SAVE_TENSORS_FILE": str(path)})
+    assert result.returncode == 0, result.stderr
+    records = (tmp_path / "graphs.txt.0").read_text().split("\n\n[")
+    dynamo = [r for r in records if r.lstrip("[").startswith("dynamo] device xla:0, 1 output(s)")]
+    assert len(dynamo) == 4, records  # compiled, then three calls
+    assert all("aten::cos" in r and "aten::sin" in r and "## END_GRAPH" in r for r in dynamo)
 
 
 def test_unknown_format_is_refused(tmp_path):

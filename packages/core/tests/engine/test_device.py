@@ -335,6 +335,33 @@ def test_histc_of_integers_computes_on_the_device_as_on_cuda(device, metrics, dt
     assert metrics.executed_fallback_ops() == []
 
 
+def test_allclose_computes_on_the_device_as_isclose_all(device, metrics):
+    """`torch.allclose` (CompositeExplicitAutograd, so it reaches the engine whole) is
+    `isclose(...).all()` read once, on the device; reference: the CPU's allclose, over
+    NaN, infinities, integers, bools, complex numbers, broadcasting and the tolerances."""
+    inf, nan = float("inf"), float("nan")
+    pairs = [
+        (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 3.00001])),
+        (torch.tensor([1.0, 2.0, 3.0]), torch.tensor([1.0, 2.0, 3.1])),
+        (torch.tensor([1.0, nan, inf]), torch.tensor([1.0, nan, inf])),
+        (torch.tensor([1.0, -inf]), torch.tensor([1.0, inf])),
+        (torch.tensor([1, 2]), torch.tensor([1, 3])),
+        (torch.tensor([True, False]), torch.tensor([True, True])),
+        (torch.randn(3, 4), torch.randn(4)),
+        (torch.tensor([1 + 1j, 2j]), torch.tensor([1 + 1j, 2.000001j])),
+    ]
+    for a, b in pairs:
+        for rtol, atol, equal_nan in ((1e-5, 1e-8, False), (0, 0, True), (0.1, 0, False)):
+            want = torch.allclose(a, b, rtol=rtol, atol=atol, equal_nan=equal_nan)
+            got = torch.allclose(a.to(device), b.to(device), rtol=rtol, atol=atol,
+                                 equal_nan=equal_nan)
+            assert got is want, (a, b, rtol, atol, equal_nan)
+    # never copied to the host; the answer's read counts as PyTorch/XLA counts `.item()`
+    assert metrics.executed_fallback_ops() == ["aten::_local_scalar_dense"]
+    with pytest.raises(RuntimeError, match="did not match"):
+        torch.allclose(torch.tensor([1]).to(device), torch.tensor([1.0]).to(device))
+
+
 @pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])
 def test_unsigned_types_the_cpu_barely_implements_compute_on_the_device(device, metrics, dtype):
     """torch gives uint16/32/64 almost no CPU kernels ("add_stub" not implemented for

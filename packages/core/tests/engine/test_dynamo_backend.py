@@ -443,10 +443,71 @@ def test_pending_input_is_computed_before_the_program(device, metrics):
     assert counter(metrics, "DynamoSyncInputExecuteTime") == synced + 1
     config.skip_input_data_check = True
     try:
-        with pytest.raises(RuntimeError, match="skip_input_data_check"):
+        # PyTorch/XLA's words, which its tests match
+        with pytest.raises(RuntimeError, match="input data to dynamo graph can not be a "
+                           "pending ir, please set `torch_xla._dynamo.config.skip_input_data_"
+                           "check` to False"):
             fn(xx * 3, xy)
     finally:
         config.skip_input_data_check = False
+
+
+def test_a_graph_compiled_by_a_sync_serves_the_compiled_function(device, metrics):
+    x, y = torch.randn(4, 3), torch.randn(4, 3)
+    xx, xy = x.to(device), y.to(device)
+    lazy = torch.cos(xx) * xy
+    torch_xla.sync()
+    compiles = samples(metrics, "CompileTime")
+    fn = torch.compile(lambda a, b: torch.cos(a) * b, backend="openxla")
+    assert_close(fn(xx, xy).cpu(), torch.cos(x) * y, **TOL)
+    assert samples(metrics, "CompileTime") == compiles  # one graph, one program
+    assert_close(lazy.cpu(), torch.cos(x) * y, **TOL)
+
+
+def test_a_marked_argument_is_donated_by_the_compiled_graph(device, metrics):
+    """As PyTorch/XLA's bridge: a buffer marked with `_set_buffer_donation` (or the
+    `dynamo_set_buffer_donor_` op inside the function) goes to an output of the graph,
+    and the graph keeps donating that argument on later calls (dynamo does not guard on
+    the mark)."""
+    from torch_xla.lazy.graph import DonatedBufferError
+
+    x = torch.randn(5, 5)
+    xx = x.to(device)
+    assert torch_xla._XLAC._set_buffer_donation(xx, True)
+    out = torch.compile(lambda t: t + 1, backend="openxla")(xx)
+    assert_close(out.cpu(), x + 1, **TOL)
+    assert "Data Handle: Deleted" in torch_xla._XLAC._get_xla_tensor_debug_info(xx)
+    with pytest.raises(DonatedBufferError, match="torch.compile graph"):
+        xx.cpu()
+
+    def step(t):
+        torch.ops.xla.dynamo_set_buffer_donor_(t, True)
+        t += 0.5 * torch.sin(t)
+
+    compiled = torch.compile(step, backend="openxla")
+    cpu, t = x.clone(), x.to(device)
+    torch_xla.sync()
+    compiles = samples(metrics, "CompileTime")
+    for _ in range(5):
+        before = t._node.array if hasattr(t, "_node") else None
+        compiled(t)
+        cpu += 0.5 * torch.sin(cpu)
+    assert before is None or before.is_deleted()
+    assert samples(metrics, "CompileTime") == compiles + 1
+    assert not torch_xla._XLAC._get_buffer_donation(t)  # the mark stays with the old buffer
+    assert_close(t.cpu(), cpu, **TOL)
+    assert torch.ops.xla.dynamo_set_buffer_donor_(x, True) is x  # a CPU tensor: nothing
+
+
+def test_one_buffer_held_by_two_marked_arguments_is_not_donated(device):
+    x = torch.randn(6)
+    xx = x.to(device)
+    alias = xx.detach()  # another tensor on the same buffer
+    torch_xla._XLAC._set_buffer_donation(xx, True)
+    out = torch.compile(lambda a, b: a * 2 + b, backend="openxla")(xx, alias)
+    assert_close(out.cpu(), x * 3, **TOL)
+    assert_close(xx.cpu(), x, **TOL)
+    assert_close(alias.cpu(), x, **TOL)
 
 
 def test_backward_of_a_compiled_loss_needs_no_sync_of_its_own(device, metrics):

@@ -37,7 +37,8 @@ def run(tmp_path, narrow: bool) -> tuple[dict, str]:
     result = run_python(PROGRAM.format(narrow=narrow),
                         {"XLA_SAVE_TENSORS_FILE": str(dump), "XLA_SAVE_TENSORS_FMT": "hlo"})
     assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.strip().splitlines()[-1]), dump.read_text()
+    written = dump.with_name(dump.name + ".0")  # the device's ordinal ends the name
+    return json.loads(result.stdout.strip().splitlines()[-1]), written.read_text()
 
 
 def test_narrow_policy_stores_reduced_types_but_reports_torch_dtypes(tmp_path):

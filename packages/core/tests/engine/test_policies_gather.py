@@ -68,7 +68,8 @@ def run(tmp_path, factor: int) -> tuple[dict, dict[str, str]]:
     out = run_python(PROGRAM.format(dense_cpu=DENSE_CPU.format(factor=factor)),
                      {"XLA_SAVE_TENSORS_FILE": str(dump), "XLA_SAVE_TENSORS_FMT": "hlo"})
     report = json.loads(out.strip().splitlines()[-1])
-    graphs = [g.split("## END_GRAPH")[0] for g in dump.read_text().split("## BEGIN_GRAPH")[1:]]
+    written = dump.with_name(dump.name + ".0").read_text()  # the device's ordinal ends the name
+    graphs = [g.split("## END_GRAPH")[0] for g in written.split("## BEGIN_GRAPH")[1:]]
     # The graphs with a gather or a reduction or dot: one per case, in order.
     computing = [g for g in graphs if any(w in g for w in (" gather(", " dot(", " reduce("))]
     assert len(computing) == len(report["cases"]), graphs

@@ -33,7 +33,19 @@ from torch.fx.passes.operator_support import OperatorSupport
 
 from torch_xla import _metrics
 from torch_xla._dynamo import config
-from torch_xla.lazy import compiler, eager, functional, graph, ir, nodes, rng, tensor
+from torch_xla._dynamo.buffer_donor import alias_with_buffer_donor_config  # noqa: F401
+from torch_xla.lazy import (
+    compiler,
+    dump,
+    eager,
+    functional,
+    graph,
+    ir,
+    nodes,
+    replicas,
+    rng,
+    tensor,
+)
 from torch_xla.lazy.tensor import XLATensor
 from torch_xla.pjrt.client import client
 
@@ -77,13 +89,15 @@ class CompiledGraph:
     """
 
     __slots__ = ("device", "program", "sources", "avals", "outputs", "container", "updates",
-                 "_from_args", "_from_host", "_constants", "_seeds", "_results_only")
+                 "record", "_from_args", "_from_host", "_constants", "_seeds", "_results_only")
 
     def __init__(self, device: int, program: compiler.Program | None, sources: list,
-                 avals: list, outputs: list, container: type | None, updates: list) -> None:
+                 avals: list, outputs: list, container: type | None, updates: list,
+                 record: str | None = None) -> None:
         self.device, self.program, self.sources = device, program, sources
         self.avals, self.outputs, self.container = avals, outputs, container
         self.updates = updates
+        self.record = record  # the graph as XLA_SAVE_TENSORS_FILE gets it on each call
         self._from_args = [(k, s) for k, s in enumerate(sources) if type(s) is int]
         self._from_host = [(k, s.index) for k, s in enumerate(sources) if type(s) is _Host]
         self._constants = [(k, s) for k, s in enumerate(sources)
@@ -111,6 +125,8 @@ class CompiledGraph:
         device = self.device
         results = graph.run_program(device, self.program, arrays)
         _OUTPUT_DATA.add(len(results))
+        if self.record is not None:
+            dump.save_graph(self.record, replicas.dump_ordinal(device))
         wrap = _identity if functional.inside_functionalization() else _to_functional_tensor
         outs = [wrap(XLATensor(ir.Data(array, aval, device)))
                 for array, aval in zip(results, self.avals, strict=True)]
@@ -163,9 +179,10 @@ def _sync_inputs(args: Sequence[Any]) -> None:
     pending = _pending_arguments(args)
     if config.skip_input_data_check:
         raise RuntimeError(
-            f"{len(pending)} input(s) of a compiled graph are pending IR, not device data, "
-            "and torch_xla._dynamo.config.skip_input_data_check is True. Call "
-            "torch_xla.sync() before the compiled function, or set the switch to False."
+            "input data to dynamo graph can not be a pending ir, please set "
+            "`torch_xla._dynamo.config.skip_input_data_check` to False (PyTorch/XLA's words): "
+            f"{len(pending)} input(s) of the compiled graph are still pending computations. "
+            "Call torch_xla.sync() before the compiled function, or set the switch to False."
         )
     _metrics.counter("DynamoSyncInputExecuteTime").inc()
     graph.sync(pending)
@@ -341,9 +358,10 @@ def _build(inputs: _Inputs, out: Any) -> CompiledGraph:
             outputs.append(("value", o))
     updates = [(i, result(args[i])[1]) for i in mutated]
     device = _device_of(values, args, inputs.indices)
-    program, sources = _compile(values, inputs.arg_of_leaf()) if values else (None, [])
+    program, sources, record = (_compile(values, inputs.arg_of_leaf()) if values
+                                else (None, [], None))
     avals = [n.avals[i] for n, i in values]
-    return CompiledGraph(device, program, sources, avals, outputs, container, updates)
+    return CompiledGraph(device, program, sources, avals, outputs, container, updates, record)
 
 
 def _device_of(values: list, args: Sequence[Any], indices: list[int]) -> int:
@@ -353,20 +371,35 @@ def _device_of(values: list, args: Sequence[Any], indices: list[int]) -> int:
 
 
 def _compile(values: list, arg_of_leaf: dict[int, int]) -> tuple:
-    """The program computing `values`, and where each of its inputs comes from on a call."""
-    key, order, position, leaves = _graph_key(values)
+    """The program computing `values`, where each of its inputs comes from on a call, and
+    its XLA_SAVE_TENSORS_FILE record (None when no dump is asked for).
+
+    An argument whose buffer the user marked for donation (`_set_buffer_donation`, or
+    `torch.ops.xla.dynamo_set_buffer_donor_` inside the compiled function) is donated,
+    on this and every later call, as PyTorch/XLA's bridge does: dynamo does not guard on
+    the mark. One buffer passed as two arguments is never donated."""
+    order, position, leaves, shared = graph.walk(values)
+    arrays = [id(leaf.array) for leaf in leaves]
+    candidates = {k for k, leaf in enumerate(leaves)
+                  if type(arg_of_leaf.get(id(leaf))) is int and arrays.count(arrays[k]) == 1}
+    donate = graph.marked_donations(order, position, leaves, shared, values, candidates)
+    key = _graph_key(values, shared, donate)
     program = _program(key, order, position, leaves, values)
     seeds = {id(n.inputs[0][0]) for n in order if n.op == rng.KEY_OP}
     sources = [arg_of_leaf.get(id(leaf), _SEED if id(leaf) in seeds else leaf)
                for leaf in leaves]
-    return program, sources
+    record = None
+    if dump.SAVE_FILE:
+        record = dump.graph_record("dynamo", key[0], order, position, values, program.compiled)
+        dump.save_graph(record, replicas.dump_ordinal(key[0]))
+    return program, sources, record
 
 
-def _graph_key(values: list) -> tuple:
-    """(the key a sync would cache the graph under, and the graph walked)."""
-    order, position, leaves, shared = graph.walk(values)
-    key = (values[0][0].device, tuple([(n.hash, i) for n, i in values]), tuple(shared))
-    return key, order, position, leaves
+def _graph_key(values: list, shared: list, donate: tuple[int, ...] = ()) -> tuple:
+    """The key a sync caches the graph computing `values` under (`graph.execute`), so a
+    graph compiles once whether a sync or a compiled function runs it first."""
+    return (values[0][0].device, tuple([(n.hash, i) for n, i in values]), tuple(shared),
+            donate)
 
 
 def _program(key: tuple, order: list, position: dict, leaves: list,
@@ -376,7 +409,7 @@ def _program(key: tuple, order: list, position: dict, leaves: list,
     program = programs.get(key)
     if program is None:
         _metrics.counter("UncachedCompile").inc()
-        program = compiler.compile(key[0], order, position, leaves, values)
+        program = compiler.compile(key[0], order, position, leaves, values, donate=key[3])
         programs.put(key, program)
     return program
 
@@ -529,6 +562,11 @@ class GraphInputMatcher:
 # is found among the leaves of a graph traced from it.
 
 _warm_graphs: dict[str, tuple[compiler.Program, int, list]] = {}
+# name -> (the key a sync caches the named graph under, its results' avals): the graphs
+# `graph_hash` named, so that `run_cached_graph` finds one a sync compiled. Bounded: a
+# program that hashes a new graph every step must not grow it without end.
+_named: dict[str, tuple[tuple, list]] = {}
+_NAMED_KEPT = 4096
 
 
 def tensor_id(t: torch.Tensor) -> int:
@@ -548,9 +586,23 @@ def _graph_values(tensors: Sequence[torch.Tensor]) -> list[tuple[ir.Node, int]]:
 
 
 def graph_hash(tensors: Sequence[torch.Tensor]) -> str:
-    """A name for the graph computing `tensors` (`_get_graph_hash`)."""
+    """A name for the graph computing `tensors` (`_get_graph_hash`). Under the buffer-donor
+    config (`alias_with_buffer_donor_config`) the leaves marked for donation are part of
+    it, as in PyTorch/XLA: the same graph donating other buffers is another program."""
     values = _graph_values(tensors)
-    return _hash_name(_graph_key(values)[0]) if values else ""
+    if not values:
+        return ""
+    order, _, leaves, shared = graph.walk(values)
+    key = _graph_key(values, shared)
+    named = key
+    if graph.donor_config():
+        named += (tuple([k for k, leaf in enumerate(leaves) if getattr(leaf, "donor", False)]),)
+    name = _hash_name(named)
+    _named.pop(name, None)
+    _named[name] = (key, [n.avals[i] for n, i in values])
+    if len(_named) > _NAMED_KEPT:
+        del _named[next(iter(_named))]
+    return name
 
 
 def _hash_name(key: tuple) -> str:
@@ -572,21 +624,33 @@ def warm_up_cache(tensors: Sequence[torch.Tensor]) -> None:
     values = _graph_values(tensors)
     if not values:
         return
-    key, order, position, leaves = _graph_key(values)
+    order, position, leaves, shared = graph.walk(values)
+    key = _graph_key(values, shared)
     program = _program(key, order, position, leaves, values)
     _warm_graphs[_hash_name(key)] = (program, key[0], [n.avals[i] for n, i in values])
 
 
 def run_cached_graph(name: str, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-    """Run a warmed-up graph on `inputs` (`_run_cached_graph`); its outputs."""
+    """Run a compiled graph on `inputs` (`_run_cached_graph`), given in the order of its
+    device-data leaves (`device_data_inputs`); its outputs. The graph is one warmed up
+    (`warm_up_cache`) or one that `graph_hash` named and a sync has since compiled. CPU
+    inputs are copied to the graph's device."""
     found = _warm_graphs.get(name)
+    if found is None and name in _named:
+        key, avals = _named[name]
+        program = compiler.cache().get(key)
+        found = None if program is None else (program, key[0], avals)
     if found is None:
-        raise RuntimeError(f"No compiled graph with hash {name!r}: compile it first with "
-                           "torch_xla._XLAC._xla_warm_up_cache(tensors, []).")
+        raise RuntimeError(f"No compiled graph with hash {name!r}: compile it first, with "
+                           "torch_xla._XLAC._xla_warm_up_cache(tensors, []) or a sync of the "
+                           "tensors it computes (after naming it with _get_graph_hash).")
     program, device, avals = found
-    inner = [functional.unwrap(t) for t in inputs]
+    to = tensor.torch_device(device)
+    inner = [functional.unwrap(t if t.device.type == "xla" else t.to(to)) for t in inputs]
     graph.sync([t for t in inner if t._node.rule is not None])
+    _INPUT_DATA.add(len(inner))
     results = graph.run_program(device, program, [t._node.array for t in inner])
+    _OUTPUT_DATA.add(len(results))
     outs = [functional.wrap(XLATensor(ir.Data(a, aval, device)))
             for a, aval in zip(results, avals, strict=True)]
     client().check_executions()

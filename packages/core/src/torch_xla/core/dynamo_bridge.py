@@ -4,8 +4,10 @@
 from torch_xla._dynamo.dynamo_bridge import (
     GraphFunction,
     GraphInputMatcher,
+    alias_with_buffer_donor_config,
     extract_compiled_graph,
     extract_internal,
 )
 
-__all__ = ["GraphFunction", "GraphInputMatcher", "extract_compiled_graph", "extract_internal"]
+__all__ = ["GraphFunction", "GraphInputMatcher", "alias_with_buffer_donor_config",
+           "extract_compiled_graph", "extract_internal"]

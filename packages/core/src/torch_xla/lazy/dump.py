@@ -1,6 +1,6 @@
 """Debug output of syncs, driven by PyTorch/XLA's environment variables.
 
-- XLA_SAVE_TENSORS_FILE=path appends every synced graph to `path`, in the format
+- XLA_SAVE_TENSORS_FILE=path appends every synced graph to `path.<ordinal>`, in the format
   XLA_SAVE_TENSORS_FMT names: `text` (the IR, default), `dot` (graphviz) or
   `hlo` (the optimized HLO XLA compiled). With XLA_IR_DEBUG=1 or XLA_HLO_DEBUG=1
   each graph is preceded by the Python frames that triggered the sync, and
@@ -13,8 +13,10 @@
 
 Variables are read at import and again at the process's first sync (a program may
 set them after `import torch_xla`, as PyTorch/XLA reads them at first use), then
-fixed; with none set the per-sync cost is one attribute test. Under `xmp.spawn`
-or with replica threads each replica writes its graphs to `path.<global ordinal>`.
+fixed; with none set the per-sync cost is one attribute test. Graphs go to
+`path.<ordinal>`, as PyTorch/XLA writes them: `path.0` in a process of one device,
+and the replica's global ordinal under `xmp.spawn` or with replica threads. A
+`torch.compile` graph is written when it compiles and appended again on every call.
 `ir_text` is the one IR printer: the text dumps and
 `torch_xla._XLAC._get_xla_tensors_text` both use it; `hlo_text` prints a lowered
 graph as HLO in PyTorch/XLA's layout (`torch_xla._XLAC._get_xla_tensors_hlo`).
@@ -171,11 +173,12 @@ def _dot(order: list, position: dict[int, int], values: list) -> str:
     return "\n".join(lines) + "\n}\n"
 
 
-def save_graph(device: int, order: list, position: dict[int, int], values: list,
-               compiled: Any, ordinal: int | None = None) -> None:
-    """Append one synced graph to XLA_SAVE_TENSORS_FILE in the chosen format (to
-    `XLA_SAVE_TENSORS_FILE.<ordinal>` for a replica of a multi-device job)."""
-    header = f"[ScheduleSyncTensorsGraph] device xla:{device}, {len(values)} output(s)\n"
+def graph_record(kind: str, device: int, order: list, position: dict[int, int],
+                 values: list, compiled: Any) -> str:
+    """One graph as XLA_SAVE_TENSORS_FILE holds it, in the chosen format: `[kind]` (what
+    ran it: a sync, or `dynamo` for a `torch.compile` graph) and, with XLA_IR_DEBUG or
+    XLA_HLO_DEBUG, the user's frames that made it."""
+    header = f"[{kind}] device xla:{device}, {len(values)} output(s)\n"
     if FRAMES:
         header += "TensorsGraphInfo:\n" + _user_frames()
     if SAVE_FORMAT == "hlo":
@@ -184,8 +187,13 @@ def save_graph(device: int, order: list, position: dict[int, int], values: list,
         body = _dot(order, position, values)
     else:
         body = ir_text(order, position, values)
-    path = SAVE_FILE if ordinal is None else f"{SAVE_FILE}.{ordinal}"
-    _append(path, f"{header}\n## BEGIN_GRAPH\n{body}\n## END_GRAPH\n\n")
+    return f"{header}\n## BEGIN_GRAPH\n{body}\n## END_GRAPH\n\n"
+
+
+def save_graph(record: str, ordinal: int) -> None:
+    """Append a `graph_record` to `XLA_SAVE_TENSORS_FILE.<ordinal>`: as in PyTorch/XLA,
+    the file is named by the device's ordinal (`path.0` in a process of one device)."""
+    _append(f"{SAVE_FILE}.{ordinal}", record)
 
 
 def save_metrics() -> None:

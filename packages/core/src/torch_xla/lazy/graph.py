@@ -124,13 +124,15 @@ def mark_donor(leaf: ir.Data, donate: bool) -> None:
 def check_not_donated(leaves: Sequence[ir.Data]) -> None:
     """Raise `DonatedBufferError` naming the first of `leaves` whose buffer is gone."""
     for leaf in leaves:
-        if leaf.rule is None and leaf.donor and leaf.array.is_deleted():
+        if type(leaf) is ir.Data and leaf.array.is_deleted():
             shape, dtype = leaf.avals[0]
             raise DonatedBufferError(
                 f"an XLA tensor ({str(dtype).removeprefix('torch.')}{list(shape)}) was read "
                 "after its device buffer was donated to a computation "
-                "(torch_xla._XLAC._set_buffer_donation(t, True)): its value is gone. Mark only "
-                "tensors that are not read again, or copy the value before the step.")
+                "(torch_xla._XLAC._set_buffer_donation(t, True), or a torch.compile graph "
+                "compiled while it was marked, which donates that argument on every call): "
+                "its value is gone. Mark only tensors that are not read again, or copy the "
+                "value before the step.")
 
 
 class DroppedValueError(RuntimeError):
@@ -358,8 +360,9 @@ def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False,
     if laid_out:
         _EXECUTE_REPLICATED.value += 1
     if dump.SAVE_FILE:
-        dump.save_graph(device, order, position or plans.positions(order), values,
-                        program.compiled, replicas.dump_ordinal(device))
+        dump.save_graph(dump.graph_record("ScheduleSyncTensorsGraph", device, order,
+                                          position or plans.positions(order), values,
+                                          program.compiled), replicas.dump_ordinal(device))
     start = time.perf_counter()
     datas = [
         ir.Data(array, n.avals[i], device, laid_out and sharding.output_mark(n, array),
@@ -371,13 +374,27 @@ def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False,
     return datas
 
 
+def marked_donations(order: list, position: dict, leaves: list, shared: list, values: list,
+                     candidates: set[int]) -> tuple[int, ...]:
+    """The positions among `candidates` of the `leaves` the user marked for donation
+    (`ir.Data.donor`) that a program computing `values` takes over, as a sync does: each
+    needs an output of its shape and dtype, and a replicated program donates nothing. For
+    programs compiled apart from a sync (`torch.compile`'s graphs), from `walk`'s results."""
+    if not _donors["marked"] or not candidates:
+        return ()
+    plan = plans.Plan(order, position, leaves, shared, values)
+    return _donations(order, leaves, values, None, plan, users=True, only=candidates)
+
+
 def _donations(order: list, leaves: list, values: list, synced: list | None,
-               plan: plans.Plan, users: bool) -> tuple[int, ...]:
+               plan: plans.Plan, users: bool, only: set[int] | None = None) -> tuple[int, ...]:
     """The positions of the `leaves` whose buffers the graph may take over, each with an
     output of its shape and dtype to reuse it (`plan.donatable`): with `users`, those the
-    user marked (`ir.Data.donor`); with `synced`, those that own their array (no other
-    leaf or cache holds it) and that nothing outside this graph reaches (`_reached`)."""
-    marked = [(k, aval) for k, aval in plan.donatable if leaves[k].donor] if users else []
+    user marked (`ir.Data.donor`, among `only` where given); with `synced`, those that own
+    their array (no other leaf or cache holds it) and that nothing outside this graph
+    reaches (`_reached`)."""
+    marked = [(k, aval) for k, aval in plan.donatable
+              if leaves[k].donor and (only is None or k in only)] if users else []
     owned = ([(k, aval) for k, aval in plan.donatable if leaves[k].owned and not leaves[k].donor]
              if synced is not None else [])
     if not (marked or owned):

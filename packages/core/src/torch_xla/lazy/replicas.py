@@ -86,13 +86,13 @@ def ordinal(device: int) -> int:
     return mesh_devices().index(client().device(device))
 
 
-def dump_ordinal(device: int) -> int | None:
-    """The global ordinal that names `device`'s debug files in a job of several replicas
-    (processes or threads), None in a process of its own."""
+def dump_ordinal(device: int) -> int:
+    """The ordinal that names `device`'s debug files: the global one in a job of several
+    replicas (processes or threads), else the device's index in its process."""
     if threads.replicas() is not None:
         return ordinal(device)
     if distributed.topology() is None:
-        return None
+        return device
     runtime = client()
     return runtime.global_devices.index(runtime.device(device))
 

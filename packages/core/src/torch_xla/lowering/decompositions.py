@@ -83,6 +83,24 @@ def decomposition_for(op: OpOverload) -> Callable | None:
 # --- our decompositions ----------------------------------------------------------------
 
 
+@_own(aten.allclose.default)
+def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """`torch.isclose(a, b, ...).all()` on the device, one host read of the answer, as
+    PyTorch/XLA computes it; written without `isclose`, whose kernel updates in place.
+    Closeness as `isclose`: equal, or a finite difference within atol + |rtol * b| (bools
+    compared in the default float type), NaNs equal with `equal_nan`."""
+    torch._check(a.dtype == b.dtype, lambda: f"{a.dtype} did not match {b.dtype}")
+    close = a == b
+    if equal_nan and (a.is_floating_point() or a.is_complex()):
+        close = close | (a.isnan() & b.isnan())
+    if rtol != 0 or atol != 0:
+        if a.dtype == torch.bool:
+            a, b = a.to(torch.get_default_dtype()), b.to(torch.get_default_dtype())
+        actual = (a - b).abs()
+        close = close | (actual.isfinite() & (actual <= atol + (rtol * b).abs()))
+    return bool(close.all().item())
+
+
 def _loss_grad_scale(grad: torch.Tensor, reduction: int, n: int) -> torch.Tensor:
     """d(reduced loss)/d(per-sample loss), as an (n, 1) column (reduction 0/1/2 = none,
     mean, sum)."""

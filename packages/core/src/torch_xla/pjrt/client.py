@@ -245,6 +245,21 @@ class Client:
             metric = _EXECUTE_REPLICATED_TIME
         execution_clock.launched(metric, start, results)
 
+    def on_ready(self, array: jax.Array, callback: Callable[[], Any]) -> None:
+        """Call `callback()` once `array` holds its value (PJRT's on-ready callback, which
+        jax does not expose): on a thread of its own, which waits for the array and then
+        calls it, also when the computation failed (the error reaches whoever reads the
+        array). The thread holds `array` until then."""
+
+        def wait() -> None:
+            try:
+                jax.block_until_ready(array)
+            except Exception:  # noqa: BLE001 - as above
+                pass
+            callback()
+
+        threading.Thread(target=wait, name="xla-on-ready", daemon=True).start()
+
     def check_executions(self) -> None:
         """The launcher has wrapped its results: record the executions already done (the
         rest are timed until ready on the clock's thread). Every caller of `launched`
