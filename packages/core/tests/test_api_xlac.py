@@ -340,3 +340,27 @@ def test_debug_info_says_a_donated_buffer_is_deleted(device):
     xm.mark_step()
     assert y.shape == (4, 4)
     assert "  Data Handle: Deleted\n" in xlac._get_xla_tensor_debug_info(x)
+
+
+def test_hlo_after_optimizations_and_stablehlo_locations_when_asked(device, monkeypatch):
+    from torch_xla.lazy import dump
+
+    x = torch.randn(8, 8).to(device)
+    y = (x * 2 + 1).exp()
+    before = xlac._get_xla_tensors_hlo([y])
+    monkeypatch.setenv("XLA_DUMP_POST_OPTIMIZATIONS", "1")  # read on each call
+    after = xlac._get_xla_tensors_hlo([y])
+    assert "fusion" in after and "fusion" not in before  # XLA's passes have run
+    assert "#loc" not in xm.get_stablehlo([y])
+    monkeypatch.setattr(dump, "FRAMES", True)  # XLA_HLO_DEBUG=1
+    assert "#loc" in xm.get_stablehlo([y])
+
+
+def test_stablehlo_compile_switch_counts_each_compile(device, monkeypatch):
+    monkeypatch.setenv("XLA_STABLEHLO_COMPILE", "1")
+    met.clear_all()
+    x = torch.randn(3, 5).to(device)
+    (x.sin() * 17).cpu()
+    assert met.counter_value("StableHloCompile") == 1
+    (x.sin() * 17).cpu()  # the same graph: cached
+    assert met.counter_value("StableHloCompile") == 1

@@ -247,6 +247,40 @@ def test_checkpoint_module_recomputes_with_the_original_forward():
     torch.testing.assert_close(grad, x.grad)
 
 
+def test_linear_layers_patched_to_einsums_train_as_on_the_cpu():
+    """`apply_xla_patch_to_nn_linear` patches every `nn.Linear` of a module, the module
+    itself and a checkpointed one included; reference: the unpatched model on the CPU."""
+    from torch_xla.distributed.fsdp.utils import apply_xla_patch_to_nn_linear
+    from torch_xla.distributed.spmd import xla_patched_nn_linear_forward
+
+    torch.manual_seed(0)
+    cpu = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), checkpoint_module(nn.Linear(4, 2, bias=False)))
+    x = torch.randn(5, 2, 3)
+    cpu(x.requires_grad_()).sum().backward()
+    device = torch_xla.device()
+    calls = []
+
+    def counted(layer, input):
+        calls.append(layer)
+        return xla_patched_nn_linear_forward(layer, input)
+
+    xla = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), checkpoint_module(nn.Linear(4, 2, bias=False)))
+    xla.load_state_dict(cpu.state_dict())
+    xla.to(device)
+    assert apply_xla_patch_to_nn_linear(xla, counted) is xla
+    xx = x.detach().to(device).requires_grad_()
+    xla(xx).sum().backward()
+    assert [id(m) for m in calls] == [id(xla[0]), id(xla[2]), id(xla[2])]  # + recompute
+    torch.testing.assert_close(xx.grad.cpu(), x.grad, rtol=1e-5, atol=1e-6)
+    for p_cpu, p_xla in zip(cpu.parameters(), xla.parameters(), strict=True):
+        torch.testing.assert_close(p_xla.grad.cpu(), p_cpu.grad, rtol=1e-5, atol=1e-6)
+    alone = nn.Linear(3, 4).to(device)
+    apply_xla_patch_to_nn_linear(alone)  # the module itself is patched too
+    assert alone._nn_linear_forward_original.__func__ is nn.Linear.forward
+    torch.testing.assert_close(alone(xx).cpu(), alone._nn_linear_forward_original(xx).cpu(),
+                               rtol=1e-5, atol=1e-6)
+
+
 @pytest.mark.parametrize(("make", "error", "message"), [
     (lambda: FSDP(FSDP(nn.Linear(2, 2))), RuntimeError, "already wrapped with FSDP"),
     (lambda: FSDP(nn.ModuleList([nn.Linear(2, 2)])), RuntimeError, "must define a `forward`"),

@@ -85,6 +85,29 @@ def test_the_exported_program_runs_as_stablehlo_on_the_device():
     assert {s.dtype for s in meta.input_signature} == {"float32"}
 
 
+def test_a_dtype_cast_exports_with_its_metadata_check():
+    """`torch.export` puts `aten._assert_tensor_metadata` before a `.to(dtype)`; the
+    check is made when the program is recorded and lowers to nothing."""
+
+    class Cast(nn.Module):
+        def forward(self, x):
+            return torch.ops.aten.ne.Scalar(x, 1).to(torch.int32), x.to(torch.float16)
+
+    x = torch.randint(0, 3, (3, 5))
+    exported = export(Cast(), (x,))
+    assert "_assert_tensor_metadata" in exported.graph_module.code
+    shlo = exported_program_to_stablehlo(exported)
+    got = shlo(x)
+    for g, w in zip(got, Cast()(x), strict=True):
+        assert g.dtype == w.dtype and torch.equal(g.cpu(), w)
+    xx = x.to(torch_xla.device())
+    torch.ops.aten._assert_tensor_metadata(xx, [3, 5], dtype=torch.int64)
+    with pytest.raises(RuntimeError, match=r"Tensor dtype mismatch! Expected: torch.int32"):
+        torch.ops.aten._assert_tensor_metadata(xx, dtype=torch.int32)
+    with pytest.raises(RuntimeError, match=r"Tensor sizes mismatch! Expected: \[3, 4\]"):
+        torch.ops.aten._assert_tensor_metadata(xx, [3, 4])
+
+
 def test_a_saved_bundle_loads_and_runs_as_the_model(tmp_path):
     net, inputs = _net_and_inputs()
     save_as_stablehlo(export(net, inputs), tmp_path)

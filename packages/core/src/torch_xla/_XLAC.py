@@ -714,6 +714,42 @@ def _on_ready_callback(tensor: Any, callback: Any) -> None:
     client().on_ready(node.array, callback)
 
 
+def _get_xla_tensor_shape_type(tensor: Any) -> str:
+    """The element type the device stores `tensor` in, as XLA names it (`f16`, `bf16`
+    under XLA_USE_BF16, `pred` for bool)."""
+    from torch_xla.lazy import dump, functional
+
+    t = functional.unwrap(tensor)
+    return dump.xla_type(((), t.dtype)).removesuffix("[]")
+
+
+def _unsafe_buffer_pointer(tensor: Any) -> int:
+    """The address of the device buffer holding `tensor` (equal for tensors that share
+    one, as a DLPack round trip makes them)."""
+    from torch_xla.lazy import functional, graph
+
+    node = functional.unwrap(tensor)._node
+    if node.rule is not None:
+        raise RuntimeError("_unsafe_buffer_pointer: the tensor's value is still pending, so "
+                           "it has no device buffer yet; sync it first (torch_xla.sync()).")
+    graph.check_not_donated([node])
+    return node.array.addressable_data(0).unsafe_buffer_pointer()
+
+
+def _to_dlpack(tensor: Any) -> Any:
+    """`torch_xla.utils.dlpack.to_dlpack`."""
+    from torch_xla.utils import dlpack
+
+    return dlpack.to_dlpack(tensor)
+
+
+def _from_dlpack(external: Any) -> Any:
+    """`torch_xla.utils.dlpack.from_dlpack`."""
+    from torch_xla.utils import dlpack
+
+    return dlpack.from_dlpack(external)
+
+
 def _get_tensors_handle(tensors: list) -> list[int]:
     """A handle per tensor naming its device buffer (equal for tensors on one buffer)."""
     from torch_xla.lazy import functional, graph
@@ -859,9 +895,12 @@ def _get_stablehlo(tensors: list, device: str = _DEFAULT_DEVICE, devices: list |
         from torch_xla.lazy.tensor import pending_tensors
 
         tensors = pending_tensors()  # engine tensors: `functional.unwrap` takes them as they are
+    from torch_xla.lazy import dump
+
     lowered = _lowered(tensors)
     if emit_bytecode:
         from jax._src.interpreters import mlir
 
         return mlir.module_to_bytecode(lowered.compiler_ir("stablehlo"))
-    return lowered.as_text().encode()
+    # XLA_HLO_DEBUG / XLA_IR_DEBUG: each op's location (`#loc` lines), as PyTorch/XLA's
+    return lowered.as_text(debug_info=dump.FRAMES).encode()

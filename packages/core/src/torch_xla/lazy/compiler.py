@@ -268,6 +268,10 @@ def compile(device: int, order: list, position: dict, leaves: list, values: list
     writes outputs of their shape and dtype into them; not for replicated programs)."""
     graph_fn = graph_function(order, position, leaves, values)
     args = [leaf.array for leaf in leaves] if arrays is None else arrays
+    if os.environ.get("XLA_STABLEHLO_COMPILE", "") not in ("", "0"):
+        # PyTorch/XLA's switch to compile graphs through StableHLO, counted per compile;
+        # here every graph is, so the switch changes only the count
+        _STABLEHLO_COMPILE.value += 1
     if any(getattr(n.rule, "collective", False) for n in order):
         out_avals = [n.avals[i] for n, i in values]
         # One program for every replica: its name leaves out which device recorded it.
@@ -282,6 +286,7 @@ def compile(device: int, order: list, position: dict, leaves: list, values: list
         raise type(error)(rejected_graph_message(str(error), order)) from error
 
 
+_STABLEHLO_COMPILE = _metrics.counter("StableHloCompile")
 LISTED_OPS = 12
 
 

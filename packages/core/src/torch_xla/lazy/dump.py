@@ -6,6 +6,9 @@
   each graph is preceded by the Python frames that triggered the sync, and
   text/dot nodes carry the user line that created them.
 - XLA_METRICS_FILE=path appends the metrics report after every step.
+- XLA_DUMP_POST_OPTIMIZATIONS=1 makes `torch_xla._XLAC._get_xla_tensors_hlo` print the
+  HLO after XLA's optimizations (SPMD partitioning among them) instead of before; read
+  on each call.
 - XLA_SYNC_WAIT=1 waits for each sync's execution to finish before returning.
 - GET_TENSORS_OPBYOP=1 (syncs that fetch values: `.cpu()`, `.item()`, `print`) and
   SYNC_TENSORS_OPBYOP=1 (`mark_step`) compile and run one computation per IR node
@@ -143,7 +146,12 @@ def hlo_text(lowered: Any) -> str:
     """The HLO module of a lowered (not compiled) graph, printed as PyTorch/XLA prints it:
     `%all-reduce.3 = f32[2]{0} all-reduce(f32[2]{0} %p0.1), ...` (names from opcodes,
     `%` before names, operand shapes, parameters `p<k>`, device lists written out), which
-    its tests match with regular expressions."""
+    its tests match with regular expressions. With XLA_DUMP_POST_OPTIMIZATIONS=1 the
+    module XLA compiles it to instead (after its passes: SPMD partitioning adds the
+    collectives a sharded graph needs)."""
+    if _flag("XLA_DUMP_POST_OPTIMIZATIONS"):  # read on each call: a debugging aid
+        text = lowered.compile().as_text()
+        return spmd.explicit_device_lists(_PARAMETER.sub(r"p\1.\2", text))
     # Without locations, XLA names each instruction after its opcode, not jax's op name.
     module = mlir.module_to_string(lowered.compiler_ir("stablehlo"), enable_debug_info=False)
     computation = _jax.mlir.mlir_module_to_xla_computation(module, use_tuple_args=False,

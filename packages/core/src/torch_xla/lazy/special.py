@@ -186,6 +186,20 @@ def _equal(func, args, kwargs):
     return bool(aten.all.default(aten.eq.Tensor(a, b)).item())
 
 
+@special(aten._assert_tensor_metadata.default)
+def _assert_tensor_metadata(func, args, kwargs):
+    """The check `torch.export` puts before a `.to(dtype)`: sizes and dtype, from the
+    record alone. Strides and the device are not checked: an exported program traced on
+    the CPU names the CPU's, and the export interpreter runs it on the XLA device."""
+    t, size, _stride, dtype = (*args, None, None, None)[:4]
+    size, dtype = kwargs.get("size", size), kwargs.get("dtype", dtype)
+    if size is not None and list(size) != list(t.shape):
+        raise RuntimeError(f"Tensor sizes mismatch! Expected: {list(size)}, Got: "
+                           f"{list(t.shape)}")
+    if dtype is not None and dtype != t.dtype:
+        raise RuntimeError(f"Tensor dtype mismatch! Expected: {dtype}, Got: {t.dtype}")
+
+
 @special(aten.resize.default)
 def _resize(func, args, kwargs):
     t, size = args[0], tuple(args[1])
