@@ -15,6 +15,7 @@ from conftest import run_python
 
 import torch_xla.core.xla_model as xm
 import torch_xla.runtime as xr
+import torch_xla.utils.utils as xu
 
 
 @pytest.fixture
@@ -71,6 +72,63 @@ def test_send_cpu_data_to_device_moves_cpu_tensors_of_any_nesting(device):
     assert moved["b"] is data["b"]
     with pytest.raises(RuntimeError, match="needs SPMD mode: call torch_xla.runtime.use_spmd"):
         xm.send_cpu_data_to_device(torch.ones(1), device, input_sharding=object())
+
+
+class _PackWrapper(xu.DataWrapper):
+    """A PackedSequence as PyTorch/XLA's docs wrap one for the loader."""
+
+    def __init__(self, pack):
+        self.pack = pack
+
+    def get_tensors(self):
+        return [self.pack.data, self.pack.sorted_indices, self.pack.unsorted_indices]
+
+    def from_tensors(self, tensors):
+        return torch.nn.utils.rnn.PackedSequence(tensors[0], self.pack.batch_sizes, *tensors[1:])
+
+
+def test_send_cpu_data_to_device_rebuilds_data_wrappers(device):
+    batch = torch.tensor([[1.0, 2, 3], [4, 5, 0], [6, 0, 0]]).unsqueeze(-1)
+    pack = torch.nn.utils.rnn.pack_padded_sequence(batch, [3, 2, 1], batch_first=True,
+                                                   enforce_sorted=False)
+    moved = xm.send_cpu_data_to_device({"x": _PackWrapper(pack), "n": 3}, device)
+    got = moved["x"]
+    assert isinstance(got, torch.nn.utils.rnn.PackedSequence) and moved["n"] == 3
+    assert got.data.device == device and got.sorted_indices.device == device
+    assert got.batch_sizes.device.type == "cpu"  # not among the wrapper's tensors
+    assert torch.equal(got.data.cpu(), pack.data)
+    assert torch.equal(got.unsorted_indices.cpu(), pack.unsorted_indices)
+
+
+def test_to_xla_tensor_arena_converts_every_pick_in_one_call(device):
+    class Holder:
+        def __init__(self, t):
+            self.t, self.n = t, 1
+
+    key, a, b, c = torch.ones(1), torch.zeros(2), torch.arange(3.0), torch.full((2,), 7.0)
+    data = {key: (a, [b, a]), "s": {12.0, c}, "o": Holder(b)}
+    calls = []
+    order = []
+    xu.for_each_instance(data, torch.is_tensor, order.append)
+
+    def convert(tensors):
+        calls.append(list(tensors))
+        return [t.to(device) for t in tensors]
+
+    moved = xm.ToXlaTensorArena(convert, torch.is_tensor).transform(data)
+    assert len(calls) == 1 and [id(t) for t in calls[0]] == [id(t) for t in order]
+    assert len(calls[0]) == 4  # each distinct tensor once, the key included
+    (new_key,) = [k for k in moved if torch.is_tensor(k)]
+    assert new_key.device == device and torch.equal(new_key.cpu(), key)
+    first, (second, again) = moved[new_key]
+    assert first is again and torch.equal(first.cpu(), a)  # one object, one replacement
+    assert moved["o"].t is second and moved["o"].n == 1 and moved["o"] is not data["o"]
+    (moved_c,) = [v for v in moved["s"] if torch.is_tensor(v)]
+    assert 12.0 in moved["s"] and torch.equal(moved_c.cpu(), c)
+    assert xm.ToXlaTensorArena(convert, torch.is_tensor).transform([1, "x"]) == [1, "x"]
+    assert len(calls) == 1  # nothing picked: convert_fn is not called
+    with pytest.raises(ValueError, match="convert_fn returned 1 objects for the 2"):
+        xm.ToXlaTensorArena(lambda ts: ts[:1], torch.is_tensor).transform([a, b])
 
 
 def test_broadcast_master_param_on_one_replica_keeps_the_model(device):

@@ -286,3 +286,132 @@ assert watch.should_save(3) and not watch.should_save(5)
 print("ok")
 """)
     assert "ok" in out, out
+
+
+def test_prime_optimizer_creates_state_laid_out_as_the_parameters():
+    out = run_spmd("""
+from torch_xla.experimental.distributed_checkpoint import prime_optimizer
+mesh = xs.Mesh(np.arange(n), (4, 1), ("x", "y"))
+net = torch.nn.Linear(8, 4).to(dev)
+xs.mark_sharding(net.weight, mesh, ("x", None))
+opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
+before = net.weight.cpu()
+assert not opt.state_dict()["state"]
+assert prime_optimizer(opt) is opt
+state = opt.state_dict()["state"]
+assert sorted(state) == [0, 1], state
+buf = state[0]["momentum_buffer"]
+assert torch.equal(buf.cpu(), torch.zeros(4, 8)) and torch.equal(net.weight.cpu(), before)
+assert spec(buf) == spec(net.weight) == "{devices=[4,1]0,1,2,3}", (spec(buf), spec(net.weight))
+print("ok")
+""")
+    assert "ok" in out, out
+
+
+def test_sharded_cpu_state_dict_stages_sharded_tensors_as_cpu_shards():
+    out = run_spmd("""
+from torch_xla.experimental.distributed_checkpoint._helpers import (
+    _CpuShards, _is_sharded_tensor, _sharded_cpu_state_dict)
+mesh = xs.Mesh(np.arange(n), (4, 1), ("x", "y"))
+w, r = torch.randn(8, 4), torch.randn(3)
+state = {"model": {"w": w.to(dev), "r": r.to(dev)}, "step": 3}
+xs.mark_sharding(state["model"]["w"], mesh, ("x", None))
+xs.mark_sharding(state["model"]["r"], mesh, (None,))
+assert _is_sharded_tensor(xs.wrap_if_sharded(state["model"]["w"]))
+assert not _is_sharded_tensor(xs.wrap_if_sharded(state["model"]["r"]))
+assert not _is_sharded_tensor(state["model"]["w"])   # not an XLAShardedTensor
+staged = _sharded_cpu_state_dict(state)
+assert isinstance(staged["model"]["w"], _CpuShards), staged
+assert staged["model"]["r"].device.type == "cpu" and torch.equal(staged["model"]["r"], r)
+assert staged["step"] == 3
+
+# the save planner flattens around _CpuShards and writes them as the tensors
+planner = SPMDSavePlanner()
+planner.set_up_planner(staged, is_coordinator=True)
+assert list(planner.sharded_state_dict) == ["model.w"], planner.sharded_state_dict
+assert sorted(planner.unsharded_state_dict) == ["model.r", "step"]
+path = tempfile.mkdtemp()
+save(staged, path)
+target = {"model": {"w": torch.zeros(8, 4).to(dev), "r": torch.zeros(3).to(dev)}, "step": 0}
+xs.mark_sharding(target["model"]["w"], mesh, (None, "x"))
+load(target, path)
+assert torch.equal(target["model"]["w"].cpu(), w) and torch.equal(target["model"]["r"].cpu(), r)
+assert target["step"] == 3
+print("ok")
+""")
+    assert "ok" in out, out
+
+
+def test_write_items_give_the_tiles_position_among_the_local_shards():
+    out = run_spmd("""
+mesh = xs.Mesh(np.arange(n), (2, 2), ("x", "y"))
+t = torch.randn(8, 6).to(dev)
+xs.mark_sharding(t, mesh, ("x", None))    # rows split in 2, each block on 2 devices
+planner = SPMDSavePlanner()
+planner.set_up_planner({"t": t}, is_coordinator=True)
+items = [i for i in planner.create_local_plan().items if i.index.fqn == "t"]
+shards = xs.wrap_if_sharded(t).local_shards
+assert sorted(i.index.index for i in items) == [0, 2], [i.index for i in items]
+for item in items:
+    shard = shards[item.index.index]
+    assert shard.replica_id == 0 and tuple(item.index.offset) == (shard.indices[0].start, 0)
+    assert torch.equal(planner.resolve_data(item), shard.data)
+print("ok")
+""")
+    assert "ok" in out, out
+
+
+def test_preemption_sync_point_and_coordinator_entry_points():
+    out = run_spmd("""
+import os, signal, time
+from torch_xla import _XLAC
+_XLAC._ensure_xla_coordinator_initialized(global_rank=0, world_size=1,
+                                          master_addr="localhost")
+try:
+    _XLAC._ensure_xla_coordinator_initialized(global_rank=1, world_size=1,
+                                              master_addr="localhost")
+except Exception as e:
+    assert "rank 1" in str(e) and "0..0" in str(e), e
+else:
+    raise AssertionError("a rank outside the world was accepted")
+try:
+    _XLAC._sync_point_reached(0)
+except RuntimeError as e:
+    assert "_activate_preemption_sync_manager" in str(e), e
+else:
+    raise AssertionError("asked before activation")
+
+seen = []
+signal.signal(signal.SIGTERM, lambda *_: seen.append("before"))
+previous = signal.getsignal(signal.SIGTERM)
+_XLAC._activate_preemption_sync_manager()
+try:
+    assert not any(_XLAC._sync_point_reached(step) for step in range(5))
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.1)
+    assert _XLAC._sync_point_reached(5) and not _XLAC._sync_point_reached(6)
+    assert seen == ["before"], seen
+finally:
+    _XLAC._deactivate_preemption_sync_manager()
+assert signal.getsignal(signal.SIGTERM) is previous
+print("ok")
+""")
+    assert "ok" in out, out
+
+
+def test_load_keeps_the_replicated_layout_of_an_unsharded_tensor():
+    out = run_spmd("""
+mesh = xs.Mesh(np.arange(n), (4,), ("x",))
+b = torch.randn(6)
+path = tempfile.mkdtemp()
+save({"b": b.to(dev)}, path)
+w = torch.zeros(4, 6).to(dev)
+xs.mark_sharding(w, mesh, ("x", None))
+target = w.sum(0)   # computed from sharded data: laid out replicated, not marked by hand
+torch_xla.sync()
+assert spec(target) == "{replicated}", spec(target)
+load({"b": target}, path)
+assert torch.equal(target.cpu(), b) and spec(target) == "{replicated}", spec(target)
+print("ok")
+""")
+    assert "ok" in out, out

@@ -84,6 +84,69 @@ def test_our_sharding_text_names_the_devices_xla_places_tiles_on():
     assert "CPU 5" in done.stdout  # the drawn grid names each tile's device
 
 
+DRAWN = """
+import io, json
+import rich.console
+import torch, torch_xla
+from torch_xla.distributed.spmd.debugging import visualize_sharding, visualize_tensor_sharding
+
+def text(table):
+    console = rich.console.Console(file=io.StringIO(), width=80)
+    console.print(table)
+    return console.file.getvalue()
+
+out = {s: text(visualize_sharding(s, use_color=False))
+       for s in ["{devices=[2,2]0,1,2,3}", "{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}",
+                 "{replicated}", "{maximal device=2}", ""]}
+out["unsharded"] = text(visualize_tensor_sharding(torch.ones(4, 4, device=torch_xla.device()),
+                                                  use_color=False))
+print(json.dumps(out))
+"""
+
+# PyTorch/XLA's cells: one line of padding all round the device text, "CPU 0" for a tile
+# on one device, "CPU [0, 1]" for several and for a replicated tensor.
+TILED = """\
+┌───────┬───────┐
+│       │       │
+│ CPU 0 │ CPU 1 │
+│       │       │
+├───────┼───────┤
+│       │       │
+│ CPU 2 │ CPU 3 │
+│       │       │
+└───────┴───────┘
+"""
+PARTIAL = """\
+┌────────────┐
+│            │
+│ CPU [0, 1] │
+│            │
+├────────────┤
+│            │
+│ CPU [2, 3] │
+│            │
+└────────────┘
+"""
+REPLICATED = """\
+┌──────────────────┐
+│                  │
+│ CPU [0, 1, 2, 3] │
+│                  │
+└──────────────────┘
+"""
+
+
+def test_drawn_cells_name_devices_as_pytorch_xla_does():
+    done = run_python(DRAWN, env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4"})
+    assert done.returncode == 0, done.stderr
+    drawn = json.loads(done.stdout.strip().splitlines()[-1])
+    assert drawn["{devices=[2,2]0,1,2,3}"] == TILED
+    assert drawn["{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}"] == PARTIAL
+    assert drawn["{replicated}"] == REPLICATED
+    assert drawn[""] == REPLICATED and drawn["unsharded"] == REPLICATED  # nobody laid it out
+    assert "│ CPU 2 │" in drawn["{maximal device=2}"]
+
+
 def test_np_grid_is_object_array_of_tuples():
     parsed = parse_sharding("{devices=[1,2]1,0}")
     assert parsed.tiles.dtype == np.dtype(object) and parsed.tiles[0, 1] == (0,)

@@ -451,8 +451,64 @@ loader = pl.MpDeviceLoader(data, torch_xla.device(),
                            input_sharding=xs.ShardingSpec(mesh, ("data", None)))
 for (x, y), (cx, cy) in zip(loader, data):
     assert torch_xla._XLAC._get_xla_sharding_spec(x) == "{devices=[4,1]0,1,2,3}"
-    assert torch_xla._XLAC._get_xla_sharding_spec(y) == ""   # rank 1: the spec does not fit
+    assert torch_xla._XLAC._get_xla_sharding_spec(y) == "{replicated}"  # rank 1: no fit
     assert torch.equal(x.cpu(), cx) and torch.equal(y.cpu(), cy)
+print("ok")
+""")
+    assert out.strip().endswith("ok")
+
+
+def test_send_cpu_data_to_device_lays_out_a_dict_batch_by_key():
+    out = run_spmd("""
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.parallel_loader as pl
+mesh = xs.Mesh(np.arange(n), (n, 1), ("data", "model"))
+spec = torch_xla._XLAC._get_xla_sharding_spec
+batch = {"x": torch.randn(8, 4), "y": (torch.randn(8, 2, 2), torch.arange(8))}
+specs = {"x": xs.ShardingSpec(mesh, ("data", None)),
+         "y": xs.ShardingSpec(mesh, ("data", None, None))}
+dev = torch_xla.device()
+for moved in (xm.send_cpu_data_to_device(batch, dev, specs),
+              next(iter(pl.MpDeviceLoader([batch], dev, input_sharding=specs)))):
+    x, (y, labels) = moved["x"], moved["y"]
+    assert type(x) is torch.Tensor and x.device == dev  # each value as it came, not a list
+    assert spec(x) == "{devices=[4,1]0,1,2,3}", spec(x)
+    assert spec(y) == "{devices=[4,1,1]0,1,2,3}", spec(y)
+    assert spec(labels) == "{replicated}", spec(labels)  # rank 1: no spec fits it
+    assert torch.equal(x.cpu(), batch["x"]) and torch.equal(y.cpu(), batch["y"][0])
+    assert torch.equal(labels.cpu(), batch["y"][1])
+for data, error, words in [(batch["x"], ValueError, "input batch should be a dict"),
+                           ({"x": batch["x"], "z": batch["x"], "w": 1}, KeyError,
+                            "Keys: ['z', 'w'] are missing from input_sharding.")]:
+    for load in (lambda: xm.send_cpu_data_to_device(data, dev, specs),
+                 lambda: next(iter(pl.MpDeviceLoader([data], dev, input_sharding=specs)))):
+        try:
+            load()
+        except error as e:
+            assert words in str(e), e
+        else:
+            raise AssertionError(words)
+print("ok")
+""")
+    assert out.strip().endswith("ok")
+
+
+def test_data_loaded_without_a_spec_is_replicated():
+    out = run_spmd("""
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.parallel_loader as pl
+spec = torch_xla._XLAC._get_xla_sharding_spec
+batch = {"x": torch.randn(8, 4), "y": [torch.arange(8)]}
+dev = torch_xla.device()
+(single,) = xm.send_cpu_data_to_device(batch["x"], dev)
+moved = xm.send_cpu_data_to_device(batch, dev)
+loaded = next(iter(pl.MpDeviceLoader([batch], dev)))
+for t, want in [(single, batch["x"]), (moved["x"], batch["x"]), (moved["y"][0], batch["y"][0]),
+                (loaded["x"], batch["x"]), (loaded["y"][0], batch["y"][0])]:
+    assert spec(t) == "{replicated}", spec(t)
+    assert torch.equal(t.cpu(), want)
+(weights,) = xm.send_cpu_data_to_device(torch.ones(2, 2, requires_grad=True), dev)
+assert weights.requires_grad and spec(weights) == "{replicated}"  # as t.to(dev) would ask
 print("ok")
 """)
     assert out.strip().endswith("ok")
@@ -572,3 +628,23 @@ def test_two_hosts_form_one_mesh_and_train_as_one_host():
         assert abs(h["loss"] - alone["loss"]) <= 1e-6
         for mine, theirs in zip(h["weights"], alone["weights"], strict=True):
             assert np.allclose(mine, theirs, atol=1e-6)
+
+
+def test_experimental_xla_sharding_is_the_spmd_api_under_its_old_name():
+    """PyTorch/XLA kept `torch_xla.experimental.xla_sharding` as an alias of the SPMD API
+    (`import torch_xla.experimental.xla_sharding as xs`), warning on import."""
+    import importlib
+
+    import torch_xla.distributed.spmd as spmd
+
+    sys.modules.pop("torch_xla.experimental.xla_sharding", None)
+    with pytest.warns(DeprecationWarning, match="Please use `torch_xla.distributed.spmd`"):
+        old = importlib.import_module("torch_xla.experimental.xla_sharding")
+    names = ["Mesh", "HybridMesh", "ShardingSpec", "ShardingType", "XLAShard",
+             "XLAShardedTensor", "MarkShardingFunction", "XLAPatchedLinear", "mark_sharding",
+             "clear_sharding", "get_1d_mesh", "get_global_mesh", "set_global_mesh",
+             "enable_manual_sharding", "disable_manual_sharding", "wrap_as_sharded_tensor",
+             "unwrap_sharded_tensor", "wrap_if_sharded", "mark_sharding_with_gradients",
+             "shard_as", "annotate_custom_sharding", "apply_backward_optimization_barrier",
+             "xla_patched_nn_linear_forward"]
+    assert [n for n in names if getattr(old, n, None) is not getattr(spmd, n)] == []

@@ -105,6 +105,26 @@ def test_for_each_instance_rewrite_copies_and_replaces():
     assert new[1] is new
 
 
+def test_for_each_instance_rewrite_visits_in_for_each_instance_order():
+    """ToXlaTensorArena converts the picks of the one and puts them back through the
+    other, so both must meet them in one order: a dict's key before its value."""
+    (t1, t2, t3), data = _nested()
+    keyed = {t1: t2, "k": [t3, {t2: t1}], 3.5: (data, t3)}
+    seen, rewritten = [], []
+    xu.for_each_instance(keyed, torch.is_tensor, seen.append)
+    xu.for_each_instance_rewrite(keyed, torch.is_tensor, lambda t: rewritten.append(t) or t)
+    assert [id(t) for t in rewritten] == [id(t) for t in seen]
+    assert len(seen) == 3
+
+
+def test_for_each_instance_rewrite_keeps_tensors_it_does_not_pick():
+    """A tensor is a value, not an object whose attributes are rewritten: one the select
+    leaves is kept as it is, not copied."""
+    t, n = torch.ones(2), torch.zeros(1)
+    out = xu.for_each_instance_rewrite({"a": [t], "b": n}, lambda v: v is t, lambda v: v + 1)
+    assert out["b"] is n and torch.equal(out["a"][0], t + 1)
+
+
 def test_getenv_as(monkeypatch):
     monkeypatch.setenv("XU_INT", "12")
     monkeypatch.setenv("XU_FLAG", "0")

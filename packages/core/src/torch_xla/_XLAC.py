@@ -904,3 +904,31 @@ def _get_stablehlo(tensors: list, device: str = _DEFAULT_DEVICE, devices: list |
         return mlir.module_to_bytecode(lowered.compiler_ir("stablehlo"))
     # XLA_HLO_DEBUG / XLA_IR_DEBUG: each op's location (`#loc` lines), as PyTorch/XLA's
     return lowered.as_text(debug_info=dump.FRAMES).encode()
+
+
+def _ensure_xla_coordinator_initialized(global_rank: int, world_size: int, master_addr: str,
+                                        master_port: int | None = None) -> None:
+    """Join the job's coordinator (jax's distributed runtime), unless this process has."""
+    from torch_xla.pjrt import distributed
+
+    port = distributed.DEFAULT_COORDINATOR_PORT if master_port is None else master_port
+    distributed.ensure_joined(global_rank, world_size, master_addr, port)
+
+
+def _activate_preemption_sync_manager() -> None:
+    from torch_xla.experimental.distributed_checkpoint import _preemption
+
+    _preemption.activate()
+
+
+def _deactivate_preemption_sync_manager() -> None:
+    from torch_xla.experimental.distributed_checkpoint import _preemption
+
+    _preemption.deactivate()
+
+
+def _sync_point_reached(step: int) -> bool:
+    """Whether every process of the job is to checkpoint at `step` for a preemption."""
+    from torch_xla.experimental.distributed_checkpoint import _preemption
+
+    return _preemption.sync_point_reached(step)

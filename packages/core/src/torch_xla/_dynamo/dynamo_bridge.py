@@ -15,6 +15,11 @@ correction computed from it) is a program input, copied to the device on each ca
 
 Random ops take a fresh seed on every call. Collectives (`xm.all_reduce`) compile into
 the program, which is then replicated over the job's processes.
+
+In SPMD mode a program is compiled for the layouts of its inputs, as a sync's is: the
+arguments' layouts are part of the signature (another layout traces and compiles anew)
+and of the program's key (shared with syncs), and the results carry the layout the
+partitioner gave them (`_LaidOutGraph`).
 """
 
 from __future__ import annotations
@@ -44,9 +49,11 @@ from torch_xla.lazy import (
     nodes,
     replicas,
     rng,
+    sharding,
     tensor,
 )
 from torch_xla.lazy.tensor import XLATensor
+from torch_xla.pjrt import spmd
 from torch_xla.pjrt.client import client
 
 # Packages whose frames dynamo must never trace: the engine runs eagerly under a compiled
@@ -148,6 +155,66 @@ class CompiledGraph:
         for k in self._seeds:
             arrays[k] = client().to_device(rng.next_key(), self.device)
         return arrays
+
+
+class _LaidOutGraph(CompiledGraph):
+    """A `CompiledGraph` in SPMD mode, whose program takes and gives global arrays.
+
+    Each call places the program's inputs on every device, as a sync places them (the
+    call's seed, a constant made on one device); the arguments were placed when the
+    signature read their layouts (`_layouts`), which fixes the layouts the program was
+    compiled for. Its results carry the layout the partitioner gave them: `marks` holds
+    each one's `ir.Data.annotated`, as a sync sets it."""
+
+    __slots__ = ("marks", "_devices")
+
+    def __init__(self, *args: Any, marks: list) -> None:
+        super().__init__(*args)
+        self.marks = marks
+        self._devices = tuple(client().global_devices)
+
+    def _inputs(self, args: tuple) -> list:
+        arrays = spmd.on_devices(super()._inputs(args), self._devices)
+        for k, leaf in self._constants:
+            leaf.array = arrays[k]  # placed once
+        return arrays
+
+    def _run(self, args: tuple) -> list:
+        outs = super()._run(args)
+        for out, mark in zip(outs, self.marks, strict=True):  # made just now: none read yet
+            _engine_tensor(out)._node.annotated = mark
+        return outs
+
+
+def _output_marks(values: list) -> list:
+    """`ir.Data.annotated` of each result of the program computing `values`: in SPMD mode
+    what a sync sets (`sharding.output_mark`, which reads only the result's shape), else
+    False."""
+    if not spmd.enabled():
+        return [False] * len(values)
+    return [sharding.output_mark(n, _Shaped(n.avals[i][0])) for n, i in values]
+
+
+class _Shaped:
+    """A result's shape: all of it that `sharding.output_mark` reads."""
+
+    __slots__ = ("shape",)
+
+    def __init__(self, shape: tuple) -> None:
+        self.shape = shape
+
+
+def _layouts(args: Sequence[Any]) -> tuple:
+    """SPMD: the layouts of the XLA tensor arguments, as a program receives them. Pending
+    ones are computed first (`_sync_inputs`, as a call computes them) and data made on one
+    device is placed on every device, as a sync places it (once: the argument keeps the
+    global array)."""
+    leaves = [_engine_tensor(a)._node for a in args
+              if isinstance(a, torch.Tensor) and a.device.type == "xla"]
+    if any(leaf.rule is not None for leaf in leaves):
+        _sync_inputs(args)
+        return _layouts(args)
+    return spmd.layout_key(graph._on_every_device(leaves, [leaf.array for leaf in leaves]))
 
 
 _INPUT_DATA = _metrics.metric("RunCachedGraphInputData")
@@ -361,7 +428,10 @@ def _build(inputs: _Inputs, out: Any) -> CompiledGraph:
     program, sources, record = (_compile(values, inputs.arg_of_leaf()) if values
                                 else (None, [], None))
     avals = [n.avals[i] for n, i in values]
-    return CompiledGraph(device, program, sources, avals, outputs, container, updates, record)
+    parts = (device, program, sources, avals, outputs, container, updates, record)
+    if spmd.enabled():
+        return _LaidOutGraph(*parts, marks=_output_marks(values))
+    return CompiledGraph(*parts)
 
 
 def _device_of(values: list, args: Sequence[Any], indices: list[int]) -> int:
@@ -383,7 +453,7 @@ def _compile(values: list, arg_of_leaf: dict[int, int]) -> tuple:
     candidates = {k for k, leaf in enumerate(leaves)
                   if type(arg_of_leaf.get(id(leaf))) is int and arrays.count(arrays[k]) == 1}
     donate = graph.marked_donations(order, position, leaves, shared, values, candidates)
-    key = _graph_key(values, shared, donate)
+    key = _graph_key(values, shared, leaves, donate)
     program = _program(key, order, position, leaves, values)
     seeds = {id(n.inputs[0][0]) for n in order if n.op == rng.KEY_OP}
     sources = [arg_of_leaf.get(id(leaf), _SEED if id(leaf) in seeds else leaf)
@@ -395,21 +465,29 @@ def _compile(values: list, arg_of_leaf: dict[int, int]) -> tuple:
     return program, sources, record
 
 
-def _graph_key(values: list, shared: list, donate: tuple[int, ...] = ()) -> tuple:
+def _graph_key(values: list, shared: list, leaves: list, donate: tuple[int, ...] = ()) -> tuple:
     """The key a sync caches the graph computing `values` under (`graph.execute`), so a
-    graph compiles once whether a sync or a compiled function runs it first."""
-    return (values[0][0].device, tuple([(n.hash, i) for n, i in values]), tuple(shared),
-            donate)
+    graph compiles once whether a sync or a compiled function runs it first. In SPMD mode
+    the leaves are placed on every device first, as a sync places them, and their layouts
+    are part of the key: the program is compiled for them."""
+    key = (values[0][0].device, tuple([(n.hash, i) for n, i in values]), tuple(shared), donate)
+    if spmd.enabled():
+        key += spmd.layout_key(graph._on_every_device(leaves, [leaf.array for leaf in leaves]))
+    return key
 
 
 def _program(key: tuple, order: list, position: dict, leaves: list,
              values: list) -> compiler.Program:
-    """From the program cache that syncs use (the same graph compiles once), or compiled."""
+    """From the program cache that syncs use (the same graph compiles once), or compiled.
+    In SPMD mode a graph without inputs gets its results' layouts, as a sync's does (jax
+    would run it on one device)."""
     programs = compiler.cache()
     program = programs.get(key)
     if program is None:
         _metrics.counter("UncachedCompile").inc()
-        program = compiler.compile(key[0], order, position, leaves, values, donate=key[3])
+        out_layouts = sharding.output_layouts(values) if spmd.enabled() and not leaves else None
+        program = compiler.compile(key[0], order, position, leaves, values,
+                                   out_shardings=out_layouts, donate=key[3])
         programs.put(key, program)
     return program
 
@@ -467,6 +545,7 @@ class GraphFunction:
         self.__name__ = self.__qualname__ = "xla_compiled_graph"  # an FX call target's name
         self._numbers: list[int] | None = None  # positions of the non-tensor arguments
         self._by_signature: dict[tuple, Callable] = {}
+        self._laid_out = spmd.enabled()  # the arguments' layouts are part of the signature
 
     def __call__(self, *args: Any) -> Any:
         compiled = self._by_signature.get(self._signature(args))
@@ -480,6 +559,8 @@ class GraphFunction:
             numbers = self._numbers = [i for i, a in enumerate(args)
                                        if not isinstance(a, torch.Tensor)]
         numbers = tuple([args[i] for i in numbers]) if numbers else ()
+        if self._laid_out:
+            numbers += _layouts(args)
         if self.guarded:
             return numbers
         return numbers + tuple([(a.shape, a.dtype) for a in args if isinstance(a, torch.Tensor)])
@@ -487,10 +568,12 @@ class GraphFunction:
     @property
     def specializes(self) -> bool:
         """Whether one compiled program does not serve every call."""
-        return bool(self._numbers) or not self.guarded
+        return bool(self._numbers) or not self.guarded or self._laid_out
 
     def compile_for(self, args: Sequence[Any]) -> Callable:
         """Trace and compile the graph for the signature of `args` (replacing any earlier)."""
+        if self._laid_out:  # the trace computes pending arguments anyway: never an error
+            graph.sync(_pending_arguments(args))
         compiled = self._by_signature[self._signature(args)] = self._compile(args)
         return compiled
 
@@ -561,11 +644,12 @@ class GraphInputMatcher:
 # its device-data leaves. A tensor's id is that of the value it holds, so an argument
 # is found among the leaves of a graph traced from it.
 
-_warm_graphs: dict[str, tuple[compiler.Program, int, list]] = {}
-# name -> (the key a sync caches the named graph under, its results' avals): the graphs
-# `graph_hash` named, so that `run_cached_graph` finds one a sync compiled. Bounded: a
-# program that hashes a new graph every step must not grow it without end.
-_named: dict[str, tuple[tuple, list]] = {}
+# name -> (program, device, its results' avals, their `_output_marks`)
+_warm_graphs: dict[str, tuple[compiler.Program, int, list, list]] = {}
+# name -> (the key a sync caches the named graph under, its results' avals and marks): the
+# graphs `graph_hash` named, so that `run_cached_graph` finds one a sync compiled. Bounded:
+# a program that hashes a new graph every step must not grow it without end.
+_named: dict[str, tuple[tuple, list, list]] = {}
 _NAMED_KEPT = 4096
 
 
@@ -593,13 +677,13 @@ def graph_hash(tensors: Sequence[torch.Tensor]) -> str:
     if not values:
         return ""
     order, _, leaves, shared = graph.walk(values)
-    key = _graph_key(values, shared)
+    key = _graph_key(values, shared, leaves)
     named = key
     if graph.donor_config():
         named += (tuple([k for k, leaf in enumerate(leaves) if getattr(leaf, "donor", False)]),)
     name = _hash_name(named)
     _named.pop(name, None)
-    _named[name] = (key, [n.avals[i] for n, i in values])
+    _named[name] = (key, [n.avals[i] for n, i in values], _output_marks(values))
     if len(_named) > _NAMED_KEPT:
         del _named[next(iter(_named))]
     return name
@@ -625,9 +709,10 @@ def warm_up_cache(tensors: Sequence[torch.Tensor]) -> None:
     if not values:
         return
     order, position, leaves, shared = graph.walk(values)
-    key = _graph_key(values, shared)
+    key = _graph_key(values, shared, leaves)
     program = _program(key, order, position, leaves, values)
-    _warm_graphs[_hash_name(key)] = (program, key[0], [n.avals[i] for n, i in values])
+    _warm_graphs[_hash_name(key)] = (program, key[0], [n.avals[i] for n, i in values],
+                                     _output_marks(values))
 
 
 def run_cached_graph(name: str, inputs: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -637,21 +722,24 @@ def run_cached_graph(name: str, inputs: Sequence[torch.Tensor]) -> list[torch.Te
     inputs are copied to the graph's device."""
     found = _warm_graphs.get(name)
     if found is None and name in _named:
-        key, avals = _named[name]
+        key, avals, marks = _named[name]
         program = compiler.cache().get(key)
-        found = None if program is None else (program, key[0], avals)
+        found = None if program is None else (program, key[0], avals, marks)
     if found is None:
         raise RuntimeError(f"No compiled graph with hash {name!r}: compile it first, with "
                            "torch_xla._XLAC._xla_warm_up_cache(tensors, []) or a sync of the "
                            "tensors it computes (after naming it with _get_graph_hash).")
-    program, device, avals = found
+    program, device, avals, marks = found
     to = tensor.torch_device(device)
     inner = [functional.unwrap(t if t.device.type == "xla" else t.to(to)) for t in inputs]
     graph.sync([t for t in inner if t._node.rule is not None])
     _INPUT_DATA.add(len(inner))
-    results = graph.run_program(device, program, [t._node.array for t in inner])
+    arrays = [t._node.array for t in inner]
+    if spmd.enabled():
+        arrays = graph._on_every_device([t._node for t in inner], arrays)
+    results = graph.run_program(device, program, arrays)
     _OUTPUT_DATA.add(len(results))
-    outs = [functional.wrap(XLATensor(ir.Data(a, aval, device)))
-            for a, aval in zip(results, avals, strict=True)]
+    outs = [functional.wrap(XLATensor(ir.Data(a, aval, device, mark)))
+            for a, aval, mark in zip(results, avals, marks, strict=True)]
     client().check_executions()
     return outs

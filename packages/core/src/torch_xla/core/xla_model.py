@@ -25,9 +25,10 @@ from torch_xla.lazy import dispatch, functional, graph, nodes, rng, sharding, sp
 from torch_xla.lazy.replicas import rendezvous as replica_rendezvous
 from torch_xla.lazy.tensor import XLATensor, device_index, not_xla_error
 from torch_xla.lowering import collectives
-from torch_xla.pjrt import distributed, threads
+from torch_xla.pjrt import distributed, spmd, threads
 from torch_xla.pjrt.client import client
 from torch_xla.plugins.env import env_int
+from torch_xla.utils import utils as xu
 
 # The `xla` operator namespace, PyTorch/XLA's: custom ops are defined in it and given an
 # XLA kernel, which the engine runs on XLA tensors (often a `call_jax` of a JAX kernel):
@@ -797,34 +798,83 @@ def _describe(t: torch.Tensor) -> str:
     return f"{t.dtype}{list(t.shape)} on {t.device}"
 
 
+class ToXlaTensorArena:
+    """Converts the objects `select_fn` picks anywhere inside a nesting with one call of
+    `convert_fn` (the picked objects in a list, in the order `xu.for_each_instance` meets
+    them; it returns their replacements in the same order), then puts each replacement
+    where its object was (`xu.for_each_instance_rewrite`, which copies the nesting).
+    PyTorch/XLA's helper for moving whole batches to and from the device."""
+
+    def __init__(self, convert_fn: Callable[[list], list], select_fn: Callable[[Any], bool]
+                 ) -> None:
+        self._convert_fn = convert_fn
+        self._select_fn = select_fn
+
+    def transform(self, inputs: Any) -> Any:
+        picked: list = []
+        xu.for_each_instance(inputs, self._select_fn, picked.append)
+        converted = list(self._convert_fn(picked)) if picked else []
+        if len(converted) != len(picked):
+            raise ValueError(f"ToXlaTensorArena: convert_fn returned {len(converted)} objects "
+                             f"for the {len(picked)} it was given; return one per object, in "
+                             "the same order.")
+        replacements = iter(converted)
+        return xu.for_each_instance_rewrite(inputs, self._select_fn,
+                                            lambda _: next(replacements))
+
+
 def send_cpu_data_to_device(datas: Any, device: torch.device | str,
                             input_sharding: Any = None) -> Any:
-    """`datas` (any nesting) with each CPU tensor copied to `device`.
+    """`datas` (any nesting: containers, objects' attributes, `xu.DataWrapper`s such as a
+    wrapped PackedSequence) with each CPU tensor copied to `device`.
 
-    As in PyTorch/XLA a single tensor comes back as a one-element list. `input_sharding`
-    (SPMD): an `xs.ShardingSpec` for every tensor it fits (same rank), or a dict of them by
-    key of a dict `datas`; those tensors are copied already sharded, each device receiving
-    only its tiles (`minibatch`: each process holds only its part of the batch).
+    As in PyTorch/XLA a single tensor comes back as a one-element list. In SPMD mode each
+    copy is laid out over the devices: as `input_sharding` says, an `xs.ShardingSpec` for
+    every tensor it fits (same rank) or a dict of them by key of a dict `datas` (each
+    device receiving only its tiles; `minibatch`: each process holds only its part of the
+    batch), and replicated (`{replicated}`) where no spec fits. As in PyTorch/XLA, a dict
+    `input_sharding` needs a dict `datas` (ValueError) with a spec for every key (KeyError
+    naming the missing keys).
     """
+    if isinstance(input_sharding, dict):
+        sharding.check_spmd("send_cpu_data_to_device(input_sharding=...)")
+        return _send_by_key(datas, device, input_sharding)
     if type(datas) is torch.Tensor:
         datas = [datas]
-    if input_sharding is None:
-        return tree_map_only(
-            torch.Tensor, lambda t: t.to(device) if t.device.type == "cpu" else t, datas)
-    sharding.check_spmd("send_cpu_data_to_device(input_sharding=...)")
-    if isinstance(input_sharding, dict):
-        if not isinstance(datas, dict):
-            raise TypeError(f"input_sharding is a dict (keys {sorted(input_sharding)}), so the "
-                            f"data must be a dict too; got a {type(datas).__name__}.")
-        return {k: send_cpu_data_to_device(v, device, input_sharding.get(k))
-                if input_sharding.get(k) is not None else send_cpu_data_to_device(v, device)
-                for k, v in datas.items()}
-    return tree_map_only(torch.Tensor, lambda t: _sharded_copy(t, device, input_sharding), datas)
+    if input_sharding is not None:
+        sharding.check_spmd("send_cpu_data_to_device(input_sharding=...)")
+    return _send(datas, device, input_sharding)
 
 
-def _sharded_copy(t: torch.Tensor, device: torch.device | str, spec: Any) -> torch.Tensor:
-    if t.device.type != "cpu" or not spec.can_apply(t):
-        return t.to(device) if t.device.type == "cpu" else t
+def _send_by_key(datas: Any, device: torch.device | str, specs: dict) -> dict:
+    """A dict batch, each key's data laid out as `specs[key]` says."""
+    if not isinstance(datas, dict):
+        raise ValueError("input batch should be a dict when input sharding is a dict "
+                         f"(PyTorch/XLA's words): input_sharding has keys {list(specs)}, the "
+                         f"data is a {type(datas).__name__}. Give a dict batch, or one "
+                         "ShardingSpec for every tensor.")
+    missing = [key for key in datas if key not in specs]
+    if specs and missing:
+        raise KeyError(f"Keys: {missing} are missing from input_sharding.")
+    return {key: _send(value, device, specs.get(key)) for key, value in datas.items()}
+
+
+def _send(datas: Any, device: torch.device | str, spec: Any) -> Any:
+    def convert(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+        return [_copy(t, device, spec) for t in tensors]
+
+    return ToXlaTensorArena(convert, _on_cpu).transform(datas)
+
+
+def _on_cpu(value: Any) -> bool:
+    return isinstance(value, torch.Tensor) and value.device.type == "cpu"
+
+
+def _copy(t: torch.Tensor, device: torch.device | str, spec: Any) -> torch.Tensor:
+    if not spmd.enabled():
+        return t.to(device)
+    if spec is None or not spec.can_apply(t):
+        return _laid_out(t, client().replicated(), device)
     if spec.minibatch and t.dim() and t.shape[0] % xr.addressable_runtime_device_count():
         count = xr.addressable_runtime_device_count()
         raise RuntimeError(
@@ -832,8 +882,15 @@ def _sharded_copy(t: torch.Tensor, device: torch.device | str, spec: Any) -> tor
             f"runtime device count. Per host input data shape = {list(t.shape)}, "
             f"local_runtime_device_count = {count}. Give each process a batch that is a "
             f"multiple of {count}, or leave minibatch off to load the whole batch everywhere.")
-    return functional.wrap(sharding.from_host(t, spec.sharding(), device_index(device),
-                                              local=bool(spec.minibatch)))
+    return _laid_out(t, spec.sharding(), device, local=bool(spec.minibatch))
+
+
+def _laid_out(t: torch.Tensor, layout: Any, device: torch.device | str,
+              local: bool = False) -> torch.Tensor:
+    """`t` on the virtual device as `layout` (`local`: `t` is this process's part), asking
+    for gradients as `t` does, as a copy by `t.to(device)` would."""
+    moved = functional.wrap(sharding.from_host(t, layout, device_index(device), local=local))
+    return moved.requires_grad_() if t.requires_grad else moved
 
 
 def broadcast_master_param(model: torch.nn.Module) -> None:

@@ -15,7 +15,6 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_map_only
 
 from torch_xla.core import xla_model as xm
 from torch_xla.lazy import sharding
@@ -32,13 +31,11 @@ class _Failure:
 
 
 def to_device(batch: Any, device: torch.device, input_sharding: Any = None) -> Any:
-    """`batch` with every tensor in it moved to `device` (nesting kept); `input_sharding`
-    as `xm.send_cpu_data_to_device` takes it (SPMD: batches loaded already sharded)."""
-    if input_sharding is None:
-        return tree_map_only(torch.Tensor, lambda t: t.to(device), batch)
-    if type(batch) is torch.Tensor:
-        return xm.send_cpu_data_to_device(batch, device, input_sharding)[0]
-    return xm.send_cpu_data_to_device(batch, device, input_sharding)
+    """`batch` with every CPU tensor in it moved to `device` (nesting kept), as
+    `xm.send_cpu_data_to_device` moves it: in SPMD mode laid out as `input_sharding` says
+    (loaded already sharded), replicated where it says nothing."""
+    moved = xm.send_cpu_data_to_device(batch, device, input_sharding)
+    return moved[0] if type(batch) is torch.Tensor else moved
 
 
 class _Channel:

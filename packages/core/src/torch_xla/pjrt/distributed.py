@@ -117,6 +117,24 @@ def join(where: Topology) -> None:
         ) from error
 
 
+def ensure_joined(rank: int, count: int, host: str,
+                  port: int = DEFAULT_COORDINATOR_PORT) -> None:
+    """Make this process `rank` of a `count`-process job coordinated at `host:port`,
+    unless it is already part of one (of `count` processes). A job of one process needs
+    no coordinator: nothing is joined."""
+    if not 0 <= rank < count:
+        raise DistributedError(f"Process rank {rank} is not one of 0..{count - 1} "
+                               f"(world size {count}).")
+    if joined():
+        if process_count() != count:
+            raise DistributedError(
+                f"This process already joined a job of {process_count()} processes, not "
+                f"{count}; pass the world size it was started with.")
+        return
+    if count > 1:
+        join(Topology(rank, count, rank, count, f"{host}:{port}"))
+
+
 def joined() -> bool:
     from jax._src import distributed
 

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from concurrent import futures
 from typing import Any
 
+import torch
+
 # --- lifetime helpers ---------------------------------------------------------
 
 
@@ -157,7 +159,7 @@ def _children(value: Any) -> Iterable[Any]:
         return value
     if isinstance(value, DataWrapper):
         return value.get_tensors()
-    if hasattr(value, "__dict__"):
+    if hasattr(value, "__dict__") and not isinstance(value, torch.Tensor):
         return list(vars(value).values())
     return ()
 
@@ -166,7 +168,7 @@ def for_each_instance(value: Any, select_fn: Callable[[Any], bool] | type, fn: C
     """Call `fn` on every object inside `value` that `select_fn` picks.
 
     Walks dicts (keys and values), lists, tuples, sets, `DataWrapper`s and
-    object attributes, each object once.
+    object attributes (a tensor's excepted), each object once.
     """
     select, seen, stack = _selector(select_fn), set(), [value]
     while stack:
@@ -186,7 +188,8 @@ def for_each_instance_rewrite(
     """A copy of `value` in which every object `select_fn` picks is replaced by `fn(obj)`.
 
     Containers and objects are copied (an object shallowly, then its attributes
-    rewritten); an object met twice is rewritten once, and cycles are kept.
+    rewritten), tensors `select_fn` leaves are kept as they are; an object met twice is
+    rewritten once, and cycles are kept. Objects are met in `for_each_instance`'s order.
     """
     return _rewrite(value, _selector(select_fn), fn, {})
 
@@ -199,7 +202,8 @@ def _rewrite(value: Any, select: Callable, fn: Callable, done: dict[int, Any]) -
     elif isinstance(value, dict):
         result = done[id(value)] = {}
         for k, v in value.items():
-            result[_rewrite(k, select, fn, done)] = _rewrite(v, select, fn, done)
+            key = _rewrite(k, select, fn, done)  # before its value, as `for_each_instance` goes
+            result[key] = _rewrite(v, select, fn, done)
     elif isinstance(value, (list, set)):
         result = done[id(value)] = type(value)()
         add = result.append if isinstance(result, list) else result.add
@@ -212,7 +216,7 @@ def _rewrite(value: Any, select: Callable, fn: Callable, done: dict[int, Any]) -
     elif isinstance(value, DataWrapper):
         tensors = [_rewrite(x, select, fn, done) for x in value.get_tensors()]
         result = done[id(value)] = value.from_tensors(tensors)
-    elif hasattr(value, "__dict__"):
+    elif hasattr(value, "__dict__") and not isinstance(value, torch.Tensor):
         result = done[id(value)] = copy.copy(value)
         for k, v in vars(result).items():
             setattr(result, k, _rewrite(v, select, fn, done))

@@ -101,51 +101,56 @@ def format_sharding(mesh: Mesh, partition_spec: tuple) -> str:
 def visualize_sharding(sharding: str, use_color: bool = True, scale: float = 1.0,
                        min_width: int = 9, max_width: int = 80) -> Any:
     """Draw (and return, as a `rich.table.Table`) which devices hold each tile of a 1-d or
-    2-d tensor sharded as `sharding`."""
+    2-d tensor sharded as `sharding` (`''`: nobody laid it out, drawn replicated), in
+    PyTorch/XLA's text: `CPU 0` for a tile on one device, `CPU [0, 1]` for a tile (or a
+    replicated tensor) on several. `scale` and `min_width` are PyTorch/XLA's arguments,
+    which no longer size the cells."""
     try:
         import rich.align
         import rich.box
         import rich.console
         import rich.padding
+        import rich.style
         import rich.table
     except ImportError as error:  # rich is optional, as in PyTorch/XLA
         raise ValueError("`visualize_sharding` requires `rich` to be installed "
                          "(pip install rich).") from error
 
-    parsed = parse_sharding(sharding, len(client().global_devices))
+    parsed = parse_sharding(sharding or "{replicated}", len(client().global_devices))
     grid = parsed.tiles
     if grid.ndim == 1:
-        grid = grid.reshape(1, -1) if not parsed.replicated else grid.reshape(1, 1)
+        grid = grid.reshape(1, -1)
     if grid.ndim != 2:
         raise ValueError(f"visualize_sharding draws 1-d and 2-d tilings; {sharding!r} tiles "
                          f"{grid.ndim} dims.")
     console = rich.console.Console(width=max_width)
     use_color = use_color and console.color_system is not None
     kind = os.environ.get("PJRT_DEVICE", "") or client().name
-    height = max(int(3 * scale), 1)
-    width = min(max(int(height * 1.5 * grid.shape[1]), min_width), max_width)
     table = rich.table.Table(show_header=False, show_lines=not use_color, padding=0,
                              highlight=not use_color, pad_edge=False,
                              box=rich.box.SQUARE if not use_color else None)
     for row in grid:
-        cells = []
-        for devices in row:
-            entry = f"{kind} {','.join(map(str, devices))}"
-            side, extra = divmod(max(width - len(entry) - 2, 0), 2)
-            top, extra_v = divmod(max(height - 2, 0), 2)
-            cells.append(rich.padding.Padding(
-                rich.align.Align(entry, "center", vertical="middle"),
-                (top, side + extra, top + extra_v, side)))
-        table.add_row(*cells)
+        table.add_row(*[
+            rich.padding.Padding(
+                rich.align.Align(f"{kind} {_devices_text(devices, parsed.replicated)}",
+                                 "center", vertical="middle"),
+                (1, 1, 1, 1), style=rich.style.Style(bgcolor=None, color=None))
+            for devices in row])
     console.print(table, end="\n\n")
     return table
 
 
+def _devices_text(devices: tuple, replicated: bool) -> str:
+    """PyTorch/XLA's name for the devices of one tile: `0`, or `[0, 1]` for several (and
+    for a replicated tensor, even on one device)."""
+    if len(devices) == 1 and not replicated:
+        return str(devices[0])
+    return str(list(devices))
+
+
 def visualize_tensor_sharding(t: Any, **kwargs: Any) -> Any:
-    """`visualize_sharding` of an XLA tensor's own sharding (its `_get_xla_sharding_spec`);
-    keyword arguments as for `visualize_sharding`."""
-    text = sharding.spec(functional.unwrap(getattr(t, "global_tensor", t)))
-    if not text:
-        raise ValueError("visualize_tensor_sharding: the tensor has no sharding; "
-                         "xs.mark_sharding it first.")
-    return visualize_sharding(text, **kwargs)
+    """`visualize_sharding` of an XLA tensor's own sharding (its `_get_xla_sharding_spec`;
+    a tensor nobody laid out is drawn replicated, as in PyTorch/XLA); keyword arguments as
+    for `visualize_sharding`."""
+    return visualize_sharding(sharding.spec(functional.unwrap(getattr(t, "global_tensor", t))),
+                              **kwargs)

@@ -4,7 +4,8 @@
 (`SPMDSavePlanner`, `SPMDLoadPlanner`): each process writes only the tiles its devices
 own and reads only what its devices need, so a model saved on one mesh loads onto
 another. `CheckpointManager` keeps numbered checkpoints in a folder, saves them in the
-background, and never leaves a half-written one in place. See docs/guide/spmd.md.
+background, and never leaves a half-written one in place. `prime_optimizer` creates an
+optimizer's state so that a checkpoint can be restored into it. See docs/guide/spmd.md.
 """
 
 from torch_xla.experimental.distributed_checkpoint.manager import CheckpointManager
@@ -12,5 +13,6 @@ from torch_xla.experimental.distributed_checkpoint.planners import (
     SPMDLoadPlanner,
     SPMDSavePlanner,
 )
+from torch_xla.experimental.distributed_checkpoint.util import prime_optimizer
 
-__all__ = ["CheckpointManager", "SPMDLoadPlanner", "SPMDSavePlanner"]
+__all__ = ["CheckpointManager", "SPMDLoadPlanner", "SPMDSavePlanner", "prime_optimizer"]

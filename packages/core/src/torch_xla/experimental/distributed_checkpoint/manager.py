@@ -13,12 +13,9 @@ import json
 import logging
 import os
 import shutil
-import signal
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import datetime
-from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -27,6 +24,7 @@ from torch.distributed.checkpoint.metadata import STATE_DICT_TYPE
 
 import torch_xla
 from torch_xla.core import xla_model as xm
+from torch_xla.experimental.distributed_checkpoint._preemption import _on_sigterm
 from torch_xla.experimental.distributed_checkpoint._tiles import to_host
 from torch_xla.experimental.distributed_checkpoint.planners import (
     SPMDLoadPlanner,
@@ -219,22 +217,6 @@ class CheckpointManager:
 def _wait_for_data() -> None:
     torch_xla.sync()
     xm.wait_device_ops()
-
-
-def _on_sigterm(callback: Callable[[], None]) -> None:
-    """Call `callback` on SIGTERM instead of ending the process (then the handler that
-    was there before, if it was a Python function)."""
-    if threading.current_thread() is not threading.main_thread():
-        raise RuntimeError("CheckpointManager(chkpt_on_preemption=True) must be created in the "
-                           "main thread (it handles SIGTERM); pass chkpt_on_preemption=False.")
-    previous = signal.getsignal(signal.SIGTERM)
-
-    def handler(signum: int, frame: Any) -> None:
-        callback()
-        if callable(previous):
-            previous(signum, frame)
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 def _write_metadata(folder: str, metadata: _CheckpointMetadata) -> None:

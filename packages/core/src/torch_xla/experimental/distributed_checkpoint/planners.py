@@ -53,6 +53,7 @@ from torch_xla.experimental.distributed_checkpoint._tiles import (
     read_owned,
     rebuild,
 )
+from torch_xla.lazy import functional, sharding
 
 
 def _unwrap(value: Any) -> Any:
@@ -93,9 +94,9 @@ class SPMDSavePlanner(DefaultSavePlanner):
 
     def create_local_plan(self) -> SavePlan:
         plan = super().create_local_plan()
-        items = [_write_item(fqn, value.shape, value.dtype, tile)
+        items = [_write_item(fqn, value.shape, value.dtype, tile, position)
                  for fqn, value in self.sharded_state_dict.items()
-                 for tile in self._tiles[fqn] if tile.owner]
+                 for position, tile in enumerate(self._tiles[fqn]) if tile.owner]
         self.plan = dataclasses.replace(plan, items=plan.items + items)
         return self.plan
 
@@ -117,10 +118,13 @@ class SPMDSavePlanner(DefaultSavePlanner):
         return tile
 
 
-def _write_item(fqn: str, shape: tuple[int, ...], dtype: torch.dtype, tile: Tile) -> WriteItem:
+def _write_item(fqn: str, shape: tuple[int, ...], dtype: torch.dtype, tile: Tile,
+                position: int) -> WriteItem:
+    """`position`: the tile's among this process's (the index of its shard in
+    `XLAShardedTensor.local_shards`; of a staged tensor, among its staged tiles)."""
     offsets = torch.Size(tile.offsets)
     return WriteItem(
-        index=MetadataIndex(fqn, offsets),
+        index=MetadataIndex(fqn, offsets, position),
         type=WriteItemType.SHARD,
         tensor_data=TensorWriteData(
             chunk=ChunkStorageMetadata(offsets=offsets, sizes=torch.Size(tile.sizes)),
@@ -198,8 +202,12 @@ class SPMDLoadPlanner(DefaultLoadPlanner):
             return
         del self._pending[fqn]
         if fqn in self._xla_targets:
+            target = self._xla_targets[fqn]
+            layout = sharding.layout(functional.unwrap(target))  # replicated, if marked so
             with torch.no_grad():
-                self._xla_targets[fqn].copy_(self.unsharded_state_dict[fqn])
+                target.copy_(self.unsharded_state_dict[fqn])
+            if layout is not None:
+                sharding.relayout(target, lambda inner: sharding.annotate(inner, layout))
             return
         buffers = self._buffers.pop(fqn)
         tiles = [buffers[tile.offsets] for tile in self._tiles[fqn]]
