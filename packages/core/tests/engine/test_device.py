@@ -287,6 +287,66 @@ def test_an_input_dtype_the_cpu_refuses_raises_torchs_error(device, op):
     assert str(ours.value) == str(cpu.value)
 
 
+# Reductions without identity over an empty dim. Meta kernels (which the engine records
+# with) accept some of them: max and min failed at the sync as a jax error, median.dim and
+# mode gave numbers; the others raised CPU torch's IndexError, not PyTorch/XLA's RuntimeError.
+EMPTY_REDUCTIONS = {
+    "max.dim": lambda x: torch.max(x, dim=1),
+    "min.dim": lambda x: torch.min(x, 1, keepdim=True),
+    "max": lambda x: x.max(),
+    "min": lambda x: x.min(),
+    "argmax": lambda x: x.argmax(),
+    "argmax.dim": lambda x: x.argmax(dim=-1),
+    "argmin": lambda x: x.argmin(),
+    "argmin.dim": lambda x: x.argmin(dim=1),
+    "amax.dim": lambda x: x.amax(dim=1),
+    "amax.dims": lambda x: x.amax(dim=(0, -1)),
+    "amax": lambda x: x.amax(),
+    "amin.dim": lambda x: x.amin(dim=-1),
+    "amin": lambda x: x.amin(dim=[]),
+    "aminmax": lambda x: torch.aminmax(x),
+    "aminmax.dim": lambda x: torch.aminmax(x, dim=1),
+    "kthvalue": lambda x: x.kthvalue(1),
+    "median.dim": lambda x: x.median(dim=1),
+    "nanmedian.dim": lambda x: x.nanmedian(dim=1),
+    "mode": lambda x: x.mode(),
+}
+
+
+@pytest.mark.parametrize("op", EMPTY_REDUCTIONS.values(), ids=EMPTY_REDUCTIONS.keys())
+def test_a_reduction_over_an_empty_dim_raises_torchs_error_at_once(device, op):
+    """When the op is recorded, with CPU torch's message; its class is a RuntimeError (as
+    PyTorch/XLA raises) that is also CPU torch's IndexError where that is the CPU's."""
+    x = torch.empty(2, 0)
+    with pytest.raises((IndexError, RuntimeError)) as cpu:
+        op(x)
+    with pytest.raises(RuntimeError) as ours:
+        op(x.to(device))
+    assert isinstance(ours.value, type(cpu.value))
+    assert str(ours.value) == str(cpu.value)
+
+
+NON_EMPTY_REDUCTIONS = {  # (input shape, op)
+    "max.dim": ((2, 0), lambda x: torch.max(x, dim=0)),
+    "argmin.dim": ((2, 0), lambda x: x.argmin(dim=0)),
+    "amax.dim": ((2, 0), lambda x: x.amax(dim=0)),
+    "aminmax.dim": ((2, 0), lambda x: torch.aminmax(x, dim=0)),
+    "mode": ((2, 0), lambda x: x.mode(0)),
+    "max.dim-of-values": ((2, 3), lambda x: torch.max(x, 1)),
+}
+
+
+@pytest.mark.parametrize("shape,op", NON_EMPTY_REDUCTIONS.values(),
+                         ids=NON_EMPTY_REDUCTIONS.keys())
+def test_a_reduction_over_a_non_empty_dim_records(device, shape, op):
+    """An empty tensor reduced over a dim that is not empty gives an empty result."""
+    x = torch.randn(shape)
+    expected, got = op(x), op(x.to(device))
+    for e, g in zip(expected if isinstance(expected, tuple) else (expected,),
+                    got if isinstance(got, tuple) else (got,), strict=True):
+        assert_close(g, e)
+
+
 def test_probing_a_random_op_draws_nothing_from_the_cpu_generator(device):
     torch.manual_seed(0)
     expected = torch.rand(3)

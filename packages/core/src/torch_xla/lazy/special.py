@@ -6,6 +6,7 @@ Each registers into `dispatch.SPECIAL`; importing `torch_xla.lazy` loads this mo
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -102,6 +103,102 @@ def _nll_loss(func, args, kwargs):
     if target.dtype.is_floating_point:
         args = (*args[:target_at], target.to(torch.int64), *args[target_at + 1:])
     return dispatch.record(func, lowering.lookup(func), args, kwargs)
+
+
+@special(aten._embedding_bag_backward.default)
+def _embedding_bag_backward(func, args, kwargs):
+    """XLA tensors are dense: `embedding_bag(..., sparse=True)` gets the dense gradient,
+    as in PyTorch/XLA, recorded as the dense backward (the sparse one's meta kernel sizes
+    a `padding_idx` with `nonzero`, which would send it to the CPU)."""
+    args = list(args)
+    if len(args) > 9:
+        args[9] = False
+    else:
+        kwargs = {**kwargs, "sparse": False}
+    return dispatch.record(func, lowering.lookup(func), tuple(args), kwargs)
+
+
+class EmptyReductionError(IndexError, RuntimeError):
+    """A reduction without identity over an empty dim, raised when the op is recorded
+    (before, the lowering failed at the sync). CPU torch raises IndexError, PyTorch/XLA
+    RuntimeError: code written for either catches this."""
+
+
+_NUMEL_0 = "Expected reduction dim to be specified for input.numel() == 0."
+_NAME_A_DIM = _NUMEL_0 + " Specify the reduction dim with the 'dim' argument."
+
+
+@dataclasses.dataclass(frozen=True)
+class _Reduction:
+    """What CPU torch says of a reduction without identity over an empty dim."""
+
+    name: str  # the op as the messages name it
+    # (class, message) reducing every dim of an empty tensor; None: the op takes one dim
+    every_dim: tuple[type[Exception], str] | None = None
+    dims_as_given: bool = False  # the message names a negative dim unwrapped
+
+
+_EMPTY_REDUCTIONS = {
+    aten.max.dim: _Reduction("max()"),
+    aten.min.dim: _Reduction("min()"),
+    aten.max.default: _Reduction("max()", (RuntimeError, f"max(): {_NAME_A_DIM}")),
+    aten.min.default: _Reduction("min()", (RuntimeError, f"min(): {_NAME_A_DIM}")),
+    aten.amax.default: _Reduction("amax()", (RuntimeError, f"amax(): {_NAME_A_DIM}"), True),
+    aten.amin.default: _Reduction("amin()", (RuntimeError, f"amin(): {_NAME_A_DIM}"), True),
+    aten.argmax.default: _Reduction("argmax()", (EmptyReductionError, f"argmax(): {_NUMEL_0}")),
+    aten.argmin.default: _Reduction("argmin()", (EmptyReductionError, f"argmin(): {_NUMEL_0}")),
+    aten.aminmax.default: _Reduction("aminmax", (RuntimeError, (
+        "aminmax(): cannot compute aminmax over an empty dimension as the operation has no "
+        "identity."))),
+    aten.kthvalue.default: _Reduction("kthvalue()"),
+    aten.median.dim: _Reduction("median()"),
+    aten.nanmedian.dim: _Reduction("median()"),
+    aten.mode.default: _Reduction("mode()"),
+}
+
+
+def _argument(func, args: tuple, kwargs: dict, name: str) -> Any:
+    """Argument `name` as the engine receives it: positional, by keyword, or left at its
+    schema default (None where the schema has no such argument)."""
+    for i, arg in enumerate(func._schema.arguments):
+        if arg.name == name:
+            if i < len(args) and not arg.kwarg_only:
+                return args[i]
+            return kwargs.get(name, arg.default_value if arg.has_default_value() else None)
+    return None
+
+
+def _check_reduced_dims(func, reduction: _Reduction, t: XLATensor, args, kwargs) -> None:
+    """Raise CPU torch's error if `func` reduces an empty dim of `t` (which has one)."""
+    dims = _argument(func, args, kwargs, "dim")
+    if dims is None or (isinstance(dims, (list, tuple)) and not dims):  # every dim
+        if reduction.every_dim is not None:
+            error, message = reduction.every_dim
+            raise error(message)
+        return
+    for dim in [dims] if isinstance(dims, int) else dims:
+        if not -t.dim() <= dim < t.dim():
+            return  # the op's own check names the dim out of range
+        if t.shape[dim] == 0:
+            shown = dim if reduction.dims_as_given else dim % t.dim()
+            raise EmptyReductionError(
+                f"{reduction.name}: Expected reduction dim {shown} to have non-zero size.")
+
+
+def _reduction_rule(record: dispatch.Rule, reduction: _Reduction) -> dispatch.Rule:
+    def reduce(func, args, kwargs):
+        """A reduction's meta kernel accepts an empty reduced dim that the CPU refuses
+        (`torch.max(x, 1)` of a (2, 0) tensor): refused here, as the op is recorded. A
+        tensor with no empty dim pays one test."""
+        if 0 in args[0].shape:
+            _check_reduced_dims(func, reduction, args[0], args, kwargs)
+        return record(func, args, kwargs)
+
+    return reduce
+
+
+for _op, _reduction in _EMPTY_REDUCTIONS.items():
+    special(_op)(_reduction_rule(dispatch.recorder(_op), _reduction))
 
 
 def _index_rule(record: dispatch.Rule) -> dispatch.Rule:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 
 import jax
@@ -9,7 +10,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.scipy import special as jsp
 
-from torch_xla.lowering.ops._common import aten, canon_dim, upcast
+from torch_xla.lowering import dtypes
+from torch_xla.lowering.ops._common import aten, canon_dim, promote, upcast
 from torch_xla.lowering.ops.elementwise import add
 from torch_xla.lowering.registry import register
 
@@ -20,10 +22,29 @@ def _in_compute(fn, *xs):
     return fn(*(x.astype(upcast(out)) for x in xs)).astype(out)
 
 
+def _promoted(grad, x):
+    """(grad, x) in the dtype torch's backward kernels compute in, and the result dtype:
+    their promoted type (a bfloat16 grad and a float32 input give float32, unrounded),
+    half types computed in float32 and rounded once."""
+    out = dtypes.result_type(grad, x)
+    return grad.astype(upcast(out)), x.astype(upcast(out)), out
+
+
+def _backward(fn):
+    """A backward op `fn(grad, x, ...)` computed on `_promoted` operands."""
+
+    @functools.wraps(fn)
+    def lower(grad, x, *args, **kwargs):
+        grad, x, out = _promoted(grad, x)
+        return fn(grad, x, *args, **kwargs).astype(out)
+
+    return lower
+
+
 def _vjp(forward, grad, x):
     """grad * d forward / dx, computed by JAX from the forward formula."""
-    _, pullback = jax.vjp(forward, x.astype(upcast(x.dtype)))
-    return pullback(grad.astype(upcast(x.dtype)))[0].astype(grad.dtype)
+    _, pullback = jax.vjp(forward, x)
+    return pullback(grad)[0]
 
 
 @register(aten.relu.default)
@@ -42,6 +63,7 @@ def threshold(x, threshold, value):
 
 
 @register(aten.threshold_backward.default)
+@_backward
 def threshold_backward(grad, x, threshold):
     return jnp.where(x > threshold, grad, jnp.zeros((), grad.dtype))
 
@@ -62,6 +84,7 @@ def gelu(x, *, approximate="none"):
 
 
 @register(aten.gelu_backward.default)
+@_backward
 def gelu_backward(grad, x, *, approximate="none"):
     return _vjp(_gelu(approximate), grad, x)
 
@@ -72,16 +95,19 @@ def silu(x):
 
 
 @register(aten.silu_backward.default)
+@_backward
 def silu_backward(grad, x):
     return _vjp(jax.nn.silu, grad, x)
 
 
 @register(aten.sigmoid_backward.default)
+@_backward
 def sigmoid_backward(grad, output):
     return grad * (1 - output) * output
 
 
 @register(aten.tanh_backward.default)
+@_backward
 def tanh_backward(grad, output):
     return grad * (1 - output * output)
 
@@ -96,12 +122,12 @@ def elu(x, alpha=1, scale=1, input_scale=1):
 
 @register(aten.elu_backward.default)
 def elu_backward(grad, alpha, scale, input_scale, is_result, self_or_result):
-    y = self_or_result
+    grad, y, out = _promoted(grad, self_or_result)
     if is_result:
         negative = grad * input_scale * (y + alpha * scale)
     else:
         negative = grad * input_scale * alpha * scale * jnp.exp(y * input_scale)
-    return jnp.where(y > 0, grad * scale, negative)
+    return jnp.where(y > 0, grad * scale, negative).astype(out)
 
 
 @register(aten.leaky_relu.default)
@@ -110,8 +136,9 @@ def leaky_relu(x, negative_slope=0.01):
 
 
 @register(aten.leaky_relu_backward.default)
+@_backward
 def leaky_relu_backward(grad, x, negative_slope, self_is_result):
-    return jnp.where(x > 0, grad, grad * negative_slope).astype(grad.dtype)
+    return jnp.where(x > 0, grad, grad * negative_slope)
 
 
 @register(aten.hardtanh.default)
@@ -120,6 +147,7 @@ def hardtanh(x, min_val=-1, max_val=1):
 
 
 @register(aten.hardtanh_backward.default)
+@_backward
 def hardtanh_backward(grad, x, min_val, max_val):
     return jnp.where((x > min_val) & (x < max_val), grad, jnp.zeros((), grad.dtype))
 
@@ -134,6 +162,7 @@ def hardsigmoid(x):
 
 
 @register(aten.hardsigmoid_backward.default)
+@_backward
 def hardsigmoid_backward(grad, x):
     return jnp.where((x > -3) & (x < 3), grad / 6, jnp.zeros((), grad.dtype))
 
@@ -144,9 +173,11 @@ def hardswish(x):
 
 
 @register(aten.hardswish_backward.default)
+@_backward
 def hardswish_backward(grad, x):
+    # torch's kernel takes the outer branches at -3 and 3 themselves.
     middle = grad * (x / 3 + 0.5)
-    return jnp.where(x < -3, 0, jnp.where(x <= 3, middle, grad)).astype(grad.dtype)
+    return jnp.where(x <= -3, 0, jnp.where(x < 3, middle, grad))
 
 
 def _softplus(beta, threshold):
@@ -162,9 +193,10 @@ def softplus(x, beta=1, threshold=20):
 
 
 @register(aten.softplus_backward.default)
+@_backward
 def softplus_backward(grad, x, beta, threshold):
     z = jnp.exp(x * beta)
-    return jnp.where(x * beta > threshold, grad, grad * z / (z + 1)).astype(grad.dtype)
+    return jnp.where(x * beta > threshold, grad, grad * z / (z + 1))
 
 
 def _mish(x):
@@ -177,6 +209,7 @@ def mish(x):
 
 
 @register(aten.mish_backward.default)
+@_backward
 def mish_backward(grad, x):
     return _vjp(_mish, grad, x)
 
@@ -191,6 +224,7 @@ def log_sigmoid_forward(x):
 
 
 @register(aten.log_sigmoid_backward.default)
+@_backward
 def log_sigmoid_backward(grad, x, buffer):
     return _vjp(jax.nn.log_sigmoid, grad, x)
 
@@ -232,6 +266,8 @@ def prelu_kernel_backward(grad, x, weight):
 
 @register(aten.logit_backward.default)
 def logit_backward(grad, x, eps=None):
+    # Unlike the others, torch's kernel computes half types in their own precision.
+    grad, x = promote(grad, x)
     if eps is None:
         return jnp.where((x < 0) | (x > 1), jnp.nan, grad / (x * (1 - x)))
     inside = (x >= eps) & (x <= 1 - eps)

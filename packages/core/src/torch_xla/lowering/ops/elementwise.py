@@ -170,7 +170,8 @@ def conj_physical(x):
 def sign(x):
     if x.dtype == np.bool_:
         return x
-    return jnp.sign(x)
+    # torch computes (0 < x) - (x < 0): 0 for NaN (jnp.sign gives NaN) and +0 for -0.
+    return (x > 0).astype(x.dtype) - (x < 0).astype(x.dtype)
 
 
 @register(aten.sgn.default)

@@ -107,9 +107,8 @@ def embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_in
 def embedding_bag_backward(grad, indices, offsets, offset2bag, bag_size, maximum_indices,
                            num_weights, scale_grad_by_freq, mode, sparse, per_sample_weights,
                            padding_idx=-1):
-    if sparse:
-        raise NotImplementedError("embedding_bag(sparse=True) gives a sparse gradient; XLA "
-                                  "tensors are dense: pass sparse=False")
+    """`sparse` is ignored: XLA tensors are dense, so the gradient is the dense one (as in
+    PyTorch/XLA), equal to the CPU's sparse gradient made dense."""
     return embedding_bag_dense_backward(grad, indices, offset2bag, bag_size, maximum_indices,
                                         num_weights, scale_grad_by_freq, mode,
                                         per_sample_weights, padding_idx)

@@ -27,6 +27,8 @@ def _source_scale(in_size, out_size, align_corners, scale):
 
 
 def _nearest_index(in_size, out_size, scale, exact=False):
+    if in_size == out_size and not exact:  # torch copies, whatever the scale
+        return np.arange(in_size)
     s = np.float32(_source_scale(in_size, out_size, False, scale))
     dst = np.arange(out_size, dtype=np.float32)
     src = np.floor((dst + 0.5) * s) if exact else np.floor(dst * s)
@@ -42,19 +44,27 @@ def _upsample_nearest(x, output_size, scales, n, exact=False):
 
 
 def _linear_matrix(in_size, out_size, align_corners, scale, dtype):
-    ratio = _source_scale(in_size, out_size, align_corners, scale)
+    """Linear interpolation as an (out, in) matrix of the compute dtype, its weights as
+    torch's kernel makes them (computed in float64 they differed by up to 5e-5): the ratio
+    and the source coordinate rounded to the compute dtype (float32 unless float64), the
+    coordinate clamped at 0, and both weights rounded to `dtype`, the input's."""
+    c = upcast(dtype)
+    if in_size == out_size:  # torch copies, whatever the scale
+        return np.eye(in_size, dtype=c)
+    ratio = float(c.type(_source_scale(in_size, out_size, align_corners, scale)))
     dst = np.arange(out_size, dtype=np.float64)
-    if align_corners:
-        src = dst * ratio
-    else:
-        src = np.maximum((dst + 0.5) * np.float32(ratio) - 0.5, 0)
+    # Rounded once from the exact float64 value, as the fused multiply-add that torch's
+    # kernel is compiled to rounds `ratio * (dst + 0.5) - 0.5`.
+    src = dst * ratio if align_corners else np.maximum((dst + 0.5) * ratio - 0.5, 0)
+    src = src.astype(c)
     lo = np.minimum(np.floor(src).astype(np.int64), in_size - 1)
     hi = np.minimum(lo + 1, in_size - 1)
-    frac = src - lo
+    w1 = np.clip(src - lo.astype(c), 0, 1).astype(dtype)
+    w0 = (1 - w1.astype(c)).astype(dtype)
     m = np.zeros((out_size, in_size))
-    m[np.arange(out_size), lo] += 1 - frac
-    m[np.arange(out_size), hi] += frac
-    return m.astype(dtype)
+    m[np.arange(out_size), lo] += w0
+    m[np.arange(out_size), hi] += w1
+    return m.astype(c)
 
 
 def _upsample_linear(x, output_size, align_corners, scales, n):
@@ -62,7 +72,7 @@ def _upsample_linear(x, output_size, align_corners, scales, n):
     out = x.astype(c)
     scales = list(scales) if scales else [None] * n
     for axis, o, s in zip(range(x.ndim - n, x.ndim), int_list(output_size), scales, strict=False):
-        m = _linear_matrix(x.shape[axis], o, align_corners, s, c)
+        m = _linear_matrix(x.shape[axis], o, align_corners, s, x.dtype)
         out = jnp.moveaxis(jnp.tensordot(out, m, axes=[[axis], [1]], precision=HIGHEST), -1,
                            axis)
     return out.astype(x.dtype)
@@ -155,6 +165,8 @@ def _antialias_matrix(filter_fn, interp_size):
     row normalised to sum to one (`_compute_weights_aa`)."""
 
     def matrix(in_size, out_size, align_corners, scale):
+        if in_size == out_size:  # torch copies, whatever the scale
+            return np.eye(in_size)
         ratio = _source_scale(in_size, out_size, align_corners, scale)
         support = interp_size * 0.5 * (ratio if ratio >= 1 else 1)
         inverse = 1 / ratio if ratio >= 1 else 1
