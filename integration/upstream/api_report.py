@@ -84,8 +84,6 @@ REASONS: dict[str | tuple[str, str], str] = {
     "`*_bucketized` collectives leave merging to XLA's combiner passes",
     ("torch_xla.core.xla_model", "DeviceContext"): NOT_BUILT + "upstream's per-device "
     "state record for its thread-per-device mode; state here is per process",
-    ("torch_xla.core.xla_model", "ToXlaTensorArena"): NOT_BUILT + "upstream's helper class "
-    "behind `send_cpu_data_to_device`",
     ("torch_xla.core.xla_model", "send"): NOT_BUILT + "XLA Send/Recv point-to-point ops",
     ("torch_xla.core.xla_model", "recv"): NOT_BUILT + "XLA Send/Recv point-to-point ops",
     # torch_xla.distributed

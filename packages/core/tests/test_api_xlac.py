@@ -364,3 +364,16 @@ def test_stablehlo_compile_switch_counts_each_compile(device, monkeypatch):
     assert met.counter_value("StableHloCompile") == 1
     (x.sin() * 17).cpu()  # the same graph: cached
     assert met.counter_value("StableHloCompile") == 1
+
+
+def test_full_mat_mul_precision_switch_of_older_releases():
+    from torch_xla.lowering import policy
+
+    before = policy.matmul_precision
+    try:
+        xlac._xla_set_use_full_mat_mul_precision(True)
+        assert policy.matmul_precision == "highest"
+        xlac._xla_set_use_full_mat_mul_precision(False)
+        assert policy.matmul_precision == "default"
+    finally:
+        xlac._xla_set_mat_mul_precision(before)

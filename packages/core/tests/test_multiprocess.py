@@ -160,6 +160,14 @@ def test_processes_building_different_collective_graphs_get_a_clear_error(tmp_pa
     assert "built a different graph" in error and "torch.tensor(rank)" in error
 
 
+def test_sys_exit_zero_ends_a_process_normally_and_another_code_fails_the_job(tmp_path):
+    assert spawn(tmp_path, "mp.exiting_worker, args=(0,)", devices=2) == (
+        "ok", {0: None, 1: None})
+    assert spawn(tmp_path, "mp.exiting_worker, args=(None,)", devices=2)[0] == "ok"
+    status, error = spawn(tmp_path, "mp.exiting_worker, args=(3,)", devices=2)
+    assert status == "error" and "ProcessFailedError" in error and "3" in error
+
+
 def test_more_processes_than_devices_is_refused(tmp_path):
     status, error = spawn(tmp_path, "mp.topology_worker, nprocs=3", devices=2)
     assert status == "error"

@@ -64,6 +64,11 @@ def _xla_set_mat_mul_precision(precision: str) -> None:
     policy.set_matmul_precision(precision)
 
 
+def _xla_set_use_full_mat_mul_precision(use_full_mat_mul_precision: bool = True) -> None:
+    """PyTorch/XLA's older switch: full float32 matmuls ("highest") or the default."""
+    _xla_set_mat_mul_precision("highest" if use_full_mat_mul_precision else "default")
+
+
 # --- runtime and devices --------------------------------------------------------------
 
 

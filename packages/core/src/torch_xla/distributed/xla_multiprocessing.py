@@ -160,7 +160,7 @@ def _child(
             _check_device_count(xr.addressable_device_count())
             status, result = "ok-threads", run_on_each_device(fn, args)
         else:
-            status, result = "ok", fn(xr.global_ordinal(), *args)
+            status, result = "ok", _call(fn, xr.global_ordinal(), args)
         xm.wait_device_ops()
         # Plain pickle, not multiprocessing's: tensors travel by value, not as shared
         # memory that would vanish with this process.
@@ -180,6 +180,18 @@ def _child(
     # Together with the others: process 0 hosts the coordinator, and leaving first would
     # abort the rest. A forked child exits without atexit handlers, jax's own leave included.
     distributed.leave()
+
+
+def _call(fn: Callable, ordinal: int, args: tuple) -> Any:
+    """`fn(ordinal, *args)`, where `sys.exit(0)` (or `sys.exit()`) is a normal end that
+    returns None, as in PyTorch/XLA, whose example programs end `_mp_fn` with
+    `sys.exit(0 if passed else 1)`; another exit code fails the job with that code."""
+    try:
+        return fn(ordinal, *args)
+    except SystemExit as done:
+        if done.code not in (None, 0):
+            raise
+        return None
 
 
 def run_on_each_device(fn: Callable, args: tuple = ()) -> dict[int, Any]:

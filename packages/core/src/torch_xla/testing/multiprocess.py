@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -290,6 +291,14 @@ def ending_worker(index: int, how: str) -> None:
     if index == 1:
         ENDINGS[how]()
     time.sleep(SLEEP_UNTIL_STOPPED_S)
+
+
+def exiting_worker(index: int, code: int | None) -> None:
+    """Ends as PyTorch/XLA's example programs end `_mp_fn`: `sys.exit(code)`."""
+    import torch_xla
+
+    (torch.ones(2, device=torch_xla.device()) * index).cpu()
+    sys.exit(code)
 
 
 def absent_peer_worker(index: int, where: str) -> None:
