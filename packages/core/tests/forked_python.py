@@ -58,14 +58,15 @@ _COUNT = struct.Struct("q")
 
 def run(args: list[str], *, env: dict[str, str] | None = None, timeout: float | None = None,
         fresh: bool = False) -> subprocess.CompletedProcess:
-    """`subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True,
-    timeout=timeout)`, forked from the server when `args` is `["-c", CODE, ...]` and
-    nothing above asks for a real interpreter."""
+    """`subprocess.run([sys.executable, *args], env=env, stdin=subprocess.DEVNULL,
+    capture_output=True, text=True, timeout=timeout)`, forked from the server when `args`
+    is `["-c", CODE, ...]` and nothing above asks for a real interpreter. Either way stdin
+    is empty: a test process's own stdin (a pytest-xdist worker's) may hold anything."""
     env = dict(os.environ if env is None else env)
     server = None if fresh or args[:1] != ["-c"] else _server_for(env)
     if server is None:
-        return subprocess.run([sys.executable, *args], env=env, capture_output=True,
-                              text=True, timeout=timeout)
+        return subprocess.run([sys.executable, *args], env=env, stdin=subprocess.DEVNULL,
+                              capture_output=True, text=True, timeout=timeout)
     return server.run(args, env, timeout)
 
 
