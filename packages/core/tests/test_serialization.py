@@ -320,3 +320,24 @@ def test_serialization_holds_one_tensor_on_the_host_at_a_time(tmp_path):
 
     assert peak("xser") < 16 * 1.5
     assert peak("xm") > 96 * 0.9  # xm.save holds every CPU copy at once
+
+
+def test_a_save_to_a_pipe_writes_through_it_and_leaves_it_a_pipe(tmp_path, device):
+    """`xm.save(state, os.devnull)` (or a FIFO) writes in place: a rename would replace the
+    device with a regular file (as root, even /dev/null, which broke every later read of
+    it on this machine)."""
+    import io
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    xm.save({"w": torch.arange(4.0).to(device)}, str(fifo))
+    reader.join(60)
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode) and not reader.is_alive()
+    assert torch.equal(torch.load(io.BytesIO(received[0]))["w"], torch.arange(4.0))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["pipe"]  # no temporary left
+    xm.save({"w": torch.ones(2).to(device)}, os.devnull)
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)

@@ -4,7 +4,8 @@ Checkpoints and cache entries are written to a temporary file in the same
 folder, flushed to disk, then renamed over the target; a crash at any moment
 leaves the previous file intact.
 
-The temporary file is `.<name>.<16 hex digits>.tmp`. It is created the way
+A device, FIFO or socket (`os.devnull`) is written in place: a rename would replace
+it with a regular file. The temporary file is `.<name>.<16 hex digits>.tmp`. It is created the way
 `open(path, "wb")` would create `path` (the umask applies; a replaced file
 keeps its mode), so the result has the permissions `torch.save` gives. Its
 writer holds an exclusive `flock` on it until the rename; a killed writer's
@@ -40,6 +41,10 @@ def atomic_open(path: str | os.PathLike, *, clean_stale: bool = True) -> Iterato
     killed writers of `path` left behind (pass False in a fresh folder).
     """
     path = os.fspath(path)
+    if _special(path):  # a device or a pipe (`xm.save(state, os.devnull)`): never replaced
+        with open(path, "wb") as f:
+            yield f
+        return
     fd, tmp = _create_locked_temp(path)
     f = _RecordingWriter(io.FileIO(fd, "wb"))
     try:
@@ -58,6 +63,17 @@ def atomic_open(path: str | os.PathLike, *, clean_stale: bool = True) -> Iterato
         raise named from error
     if clean_stale:
         remove_abandoned_temps(path)
+
+
+def _special(path: str) -> bool:
+    """Whether `path` names something other than a regular file or nothing: a device, a
+    FIFO or a socket, which a rename would replace with a regular file (as root, even
+    /dev/null) and whose writes have no earlier content to protect."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
 
 
 class _RecordingWriter(io.BufferedWriter):
