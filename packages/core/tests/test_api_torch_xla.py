@@ -28,6 +28,7 @@ def test_import_keeps_jax_out_and_submodules_come_on_first_access():
         assert torch_xla.runtime.device_type() == "CPU"
         assert torch_xla.core.xla_model.xla_device().type == "xla"
         assert callable(torch_xla.core.functions.all_reduce)
+        assert torch_xla.xm is torch_xla.core.xla_model  # PyTorch/XLA's short name
         try:
             torch_xla.no_such_thing
         except AttributeError as e:

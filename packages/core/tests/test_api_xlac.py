@@ -264,10 +264,12 @@ def test_git_revisions_and_the_lazy_backend():
         assert "torch_xla.lazy" not in sys.modules  # importing torch_xla loads no engine
         torch_xla._XLAC._init_xla_lazy_backend()
         torch_xla._XLAC._init_xla_lazy_backend()
-        print("torch_xla.lazy" in sys.modules, (torch.ones(2, device="xla") * 3).sum().item())
+        import torch_xla.debug.metrics as met
+        print("torch_xla.lazy" in sys.modules, (torch.ones(2, device="xla") * 3).sum().item(),
+              met.counter_value("RegisterXLAFunctions"))  # the kernels register once
     """, {"PJRT_DEVICE": "CPU"})
     assert done.returncode == 0, done.stderr
-    assert done.stdout.split() == ["True", "6.0"]
+    assert done.stdout.split() == ["True", "6.0", "1"]
 
 
 def test_run_cached_graph_runs_what_a_sync_compiled_on_device_or_cpu_inputs(device):

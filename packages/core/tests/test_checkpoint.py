@@ -89,6 +89,42 @@ def test_recomputation_reads_its_inputs_through_an_optimization_barrier(device):
     assert hlo.count(" tanh(") == 2, hlo
 
 
+class _WithBuffer(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.linear = torch.nn.Linear(16, 16)
+        self.register_buffer("scale", torch.full((16,), 0.5))
+
+    def forward(self, x):
+        return torch.tanh(self.linear(x)) * self.scale
+
+
+@pytest.mark.parametrize("use_reentrant", REENTRANT)
+def test_a_checkpointed_module_method_fences_its_parameters_and_buffers(device,
+                                                                        use_reentrant):
+    """As PyTorch/XLA: when the checkpointed function is a module's method, its
+    parameters and buffers pass the recomputation's barrier too (in place), so the
+    recomputation shares no operand with the forward; gradients are eager's."""
+    cpu = _WithBuffer()
+    x = torch.randn(4, 16)
+    expected = _grads(copy.deepcopy(cpu), x, lambda m, a: m(a))
+    model = copy.deepcopy(cpu).to(device)
+    xla_x = x.to(device).requires_grad_()
+    out = checkpoint(model.forward, xla_x, use_reentrant=use_reentrant)
+    (out * out).sum().backward()
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([model.linear.weight.grad])
+    (barrier,) = [line for line in hlo.splitlines() if "= (" in line and "opt-barrier(" in line]
+    result_type = barrier.split(" opt-barrier(")[0]
+    # the input (and, reentrant, the incoming gradient), the weight, the bias, the buffer
+    assert result_type.count("f32[4,16]") == (2 if use_reentrant else 1), barrier
+    assert result_type.count("f32[16,16]") == 1 and result_type.count("f32[16]") == 2, barrier
+    got = [t.grad.cpu() for t in (xla_x, *model.parameters())]
+    for g, want in zip(got, expected, strict=True):
+        torch.testing.assert_close(g, want, **TOLERANCE)
+    torch.testing.assert_close(model.scale.cpu(), cpu.scale)
+
+
 def _dropout_grads(device, use_reentrant, preserve):
     """Gradient of a checkpointed dropout, and the mask the forward used."""
     xm.set_rng_state(123)

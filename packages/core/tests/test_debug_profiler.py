@@ -26,6 +26,7 @@ from conftest import run_python
 from jax.profiler import ProfileData
 
 import torch_xla
+import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 import torch_xla.debug.profiler as xp
 from torch_xla.pjrt.client import TRACE_COMPILE, TRACE_EXECUTE, TRACE_TRANSFER_TO_DEVICE
@@ -125,6 +126,36 @@ def test_step_trace_syncs_on_exit_inside_its_event(tmp_path):
     assert any(step["start"] <= e["start"] <= e["end"] <= step["end"] for e in executes)
 
 
+def test_marking_a_step_inside_a_scope_raises_with_the_scope_label():
+    """As PyTorch/XLA: a step marked inside an open scope is an error naming the
+    innermost scope `name.N`; reset_scope=False allows it; StepTrace marks its step after
+    closing its scope; the scope stack is empty again after the error."""
+    x = torch.ones(2, device=torch_xla.device())
+    with xp.Trace("outer_scope"):
+        with xp.Trace("inner_scope"):
+            y = x + 1
+            with pytest.raises(RuntimeError, match=r"Expecting scope to be empty but it is "
+                                                   r"inner_scope\.\d+"):
+                xm.mark_step()
+            with pytest.raises(RuntimeError, match=r"but it is inner_scope\.\d+"):
+                torch_xla.sync()
+        with pytest.raises(RuntimeError, match=r"but it is outer_scope\.\d+"):
+            torch_xla._XLAC._xla_step_marker()
+        torch_xla.sync(reset_scope=False)  # PyTorch/XLA's way to allow it
+    assert y.cpu().tolist() == [2.0, 2.0]
+
+    @xp.trace_me("decorated_step")
+    def step():
+        xm.mark_step()
+
+    with pytest.raises(RuntimeError, match=r"but it is decorated_step\.\d+"):
+        step()
+    with xp.StepTrace("a_step"):
+        z = x * 3
+    assert z.cpu().tolist() == [3.0, 3.0]
+    xm.mark_step()  # no scope left open by any of the above
+
+
 def test_trace_me_names_every_call(tmp_path):
     @xp.trace_me("decorated_call")
     def double(t: torch.Tensor) -> torch.Tensor:
@@ -150,8 +181,10 @@ def test_trace_keeps_its_name_and_arguments(tmp_path):
 def test_perfetto_trace_holds_the_scopes(tmp_path):
     xp.start_trace(tmp_path, create_perfetto_trace=True)
     with xp.Trace("for_perfetto"):
-        torch_xla.sync()
+        y = torch.ones(4, device="xla") * 2
+    torch_xla.sync()
     xp.stop_trace()
+    assert y.cpu().tolist() == [2.0] * 4
     (path,) = tmp_path.glob("plugins/profile/*/*.perfetto_trace.json.gz")
     with gzip.open(path, "rt") as f:
         trace = json.load(f)

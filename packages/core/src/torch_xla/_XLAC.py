@@ -520,8 +520,10 @@ def _get_base_seed_as_tensor(device: str = _DEFAULT_DEVICE) -> Any:
 def _xla_step_marker(device: str = _DEFAULT_DEVICE, devices: list | None = None,
                      wait: bool = True, reset_scope: bool = True) -> None:
     """Run every pending computation (`xm.mark_step` without its step closures)."""
-    from torch_xla.lazy import graph
+    from torch_xla.lazy import graph, ir
 
+    if reset_scope:
+        ir.require_no_open_scope()
     graph.mark_step()
     if wait:
         graph.wait_device_ops()

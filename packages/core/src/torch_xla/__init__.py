@@ -45,6 +45,8 @@ _backend.register()  # torch.device("xla", n) works from here on; no device is s
 # Functions PyTorch/XLA binds in `torch_xla` itself, from the module that defines them.
 _FUNCTIONS_OF = {"save_as_stablehlo": "torch_xla.stablehlo",
                  "save_torch_model_as_stablehlo": "torch_xla.stablehlo"}
+# Modules PyTorch/XLA's `torch_xla` carries under short names (`torch_xla.xm.fork_rng()`).
+_MODULE_ALIASES = {"xm": "torch_xla.core.xla_model"}
 
 
 def __getattr__(name: str) -> Any:
@@ -54,6 +56,8 @@ def __getattr__(name: str) -> Any:
     must not."""
     if name in _FUNCTIONS_OF:
         return getattr(importlib.import_module(_FUNCTIONS_OF[name]), name)
+    if name in _MODULE_ALIASES:
+        return importlib.import_module(_MODULE_ALIASES[name])
     if not name.startswith("__") and importlib.util.find_spec(f"torch_xla.{name}") is not None:
         return importlib.import_module(f"torch_xla.{name}")
     raise AttributeError(f"module 'torch_xla' has no attribute {name!r}")

@@ -326,6 +326,27 @@ def test_a_reduction_over_an_empty_dim_raises_torchs_error_at_once(device, op):
     assert str(ours.value) == str(cpu.value)
 
 
+OUT_OF_RANGE = {
+    "flip": lambda x: x.flip(0, 1, 2, 3),
+    "select": lambda x: x.select(5, 0),
+    "transpose": lambda x: x.transpose(0, 4),
+    "sum.dim": lambda x: x.sum(dim=-5),
+}
+
+
+@pytest.mark.parametrize("op", OUT_OF_RANGE.values(), ids=OUT_OF_RANGE.keys())
+def test_a_dimension_out_of_range_is_both_index_and_runtime_error(device, op):
+    """CPU torch raises IndexError, PyTorch/XLA RuntimeError (its tests assert it): ours
+    is both, with the CPU's message."""
+    x = torch.zeros(2, 3, 4)
+    with pytest.raises(IndexError) as cpu:
+        op(x)
+    with pytest.raises(RuntimeError) as ours:
+        op(x.to(device))
+    assert isinstance(ours.value, IndexError)
+    assert str(ours.value) == str(cpu.value)
+
+
 NON_EMPTY_REDUCTIONS = {  # (input shape, op)
     "max.dim": ((2, 0), lambda x: torch.max(x, dim=0)),
     "argmin.dim": ((2, 0), lambda x: x.argmin(dim=0)),
@@ -420,6 +441,24 @@ def test_allclose_computes_on_the_device_as_isclose_all(device, metrics):
     assert metrics.executed_fallback_ops() == ["aten::_local_scalar_dense"]
     with pytest.raises(RuntimeError, match="did not match"):
         torch.allclose(torch.tensor([1]).to(device), torch.tensor([1.0]).to(device))
+
+
+def test_equal_computes_on_the_device(device, metrics):
+    """`torch.equal` is `(a == b).all()` read once, on the device (as allclose); reference:
+    the CPU's equal over other sizes, NaN, dtypes and bools."""
+    nan = float("nan")
+    pairs = [
+        (torch.arange(6.).reshape(2, 3), torch.arange(6.).reshape(2, 3)),
+        (torch.arange(6.).reshape(2, 3), torch.arange(6.).reshape(3, 2)),
+        (torch.tensor([1.0, 2.0]), torch.tensor([1.0, 2.5])),
+        (torch.tensor([1.0, nan]), torch.tensor([1.0, nan])),
+        (torch.tensor([1, 2]), torch.tensor([1.0, 2.0])),
+        (torch.tensor([True, False]), torch.tensor([True, False])),
+        (torch.zeros(0), torch.zeros(0)),
+    ]
+    for a, b in pairs:
+        assert torch.equal(a.to(device), b.to(device)) is torch.equal(a, b), (a, b)
+    assert set(metrics.executed_fallback_ops()) <= {"aten::_local_scalar_dense"}
 
 
 @pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64])

@@ -139,3 +139,24 @@ def test_lbfgs_default_steps_match_eager_and_reuse_their_programs(device, metric
         assert_close(g, e, **TOLERANCE)
     assert evals == cpu_evals == 20
     assert compiles[0] <= 40 and compiles[1] == 0, compiles
+
+
+def test_clip_grad_norm_without_gradients_gives_the_zero_on_the_device():
+    """torch returns a CPU zero when no parameter has a gradient; on XLA parameters the
+    zero is an XLA tensor, as PyTorch/XLA's patched function returns. CPU parameters and
+    parameters with gradients get torch's own result."""
+    device = xm.xla_device()
+    for params in (torch.rand(4, 4).to(device), [torch.rand(3).to(device)],
+                   iter([torch.rand(2).to(device)])):
+        norm = torch.nn.utils.clip_grad_norm_(params, 1.0)
+        assert norm.device == device and norm.cpu().item() == 0.0
+    cpu_norm = torch.nn.utils.clip_grad_norm_(torch.rand(4), 1.0)
+    assert cpu_norm.device.type == "cpu" and cpu_norm.item() == 0.0
+    cpu = torch.full((3,), 2.0, requires_grad=True)
+    cpu.grad = torch.tensor([3.0, 4.0, 0.0])
+    xla = cpu.detach().to(device).requires_grad_()
+    xla.grad = cpu.grad.to(device)
+    gen = (p for p in [xla])  # a generator is read once
+    expected = torch.nn.utils.clip_grad_norm_([cpu], 1.0)
+    assert_close(torch.nn.utils.clip_grad_norm_(gen, 1.0).cpu(), expected)
+    assert_close(xla.grad.cpu(), cpu.grad)

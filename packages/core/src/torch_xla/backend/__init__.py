@@ -1,7 +1,7 @@
 """The `xla` device: PyTorch's PrivateUse1 backend renamed, with its guard, hooks,
 device module (`torch.xla`), factory, copy and in-place kernels, the autograd engine tweak,
-inductor's refusal of it, quiet forks for `DataLoader` workers, and `torch.accelerator`
-on it.
+inductor's refusal of it, quiet forks for `DataLoader` workers, `torch.accelerator`
+on it, and `clip_grad_norm_`'s zero on it.
 
 `register()` runs once, when `torch_xla` is imported; it creates no PJRT client.
 """
@@ -12,11 +12,12 @@ import warnings
 
 import torch
 
-from torch_xla import _corrected_decompositions
+from torch_xla import _corrected_decompositions, _metrics
 from torch_xla.backend import (
     accelerator,
     autocast,
     autograd,
+    clip_grad,
     copies,
     data_loader,
     factories,
@@ -68,6 +69,7 @@ def register() -> None:
     torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     _library = torch.library.Library("aten", "IMPL")
+    _metrics.counter("RegisterXLAFunctions").inc()  # PyTorch/XLA's count: once a process
     with warnings.catch_warnings():  # replacing some of torch's kernels is the point
         warnings.filterwarnings("ignore", "Warning only once for all operators")
         factories.register(_library)
@@ -85,3 +87,4 @@ def register() -> None:
     inductor.register()
     data_loader.register()
     accelerator.register()
+    clip_grad.register()

@@ -21,7 +21,7 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 import torch_xla
 import torch_xla.runtime as xr
 from torch_xla._atomic import atomic_open
-from torch_xla.lazy import dispatch, functional, graph, nodes, rng, sharding, special
+from torch_xla.lazy import dispatch, functional, graph, ir, nodes, rng, sharding, special
 from torch_xla.lazy.replicas import rendezvous as replica_rendezvous
 from torch_xla.lazy.tensor import XLATensor, device_index, not_xla_error
 from torch_xla.lowering import collectives
@@ -75,9 +75,12 @@ def parse_xla_device(device: str) -> tuple[str, int] | None:
 def mark_step(wait: bool = False, reset_scope: bool = True) -> None:
     """Compile (or fetch from cache) and run everything pending, as one graph per device.
 
-    `wait` (or XLA_SYNC_WAIT=1) blocks until the devices finished; `reset_scope` is
-    accepted for PyTorch/XLA programs (the engine keeps no IR scopes).
+    `wait` (or XLA_SYNC_WAIT=1) blocks until the devices finished. With `reset_scope`
+    (the default) marking a step inside an open `xp.Trace` scope raises
+    `OpenScopeError` (a RuntimeError), as PyTorch/XLA does.
     """
+    if reset_scope:
+        ir.require_no_open_scope()
     graph.mark_step()
     _run_step_closures()
     if wait:

@@ -110,10 +110,13 @@ class StepTrace(Trace):
         return super().__enter__()
 
     def __exit__(self, *exc_info: Any) -> None:
+        # the step is marked inside the event but outside the scope, which must be closed
+        # when a step is marked
+        ir.pop_scope(self._outer_scope)
         try:
             torch_xla.sync()
         finally:
-            super().__exit__(*exc_info)
+            TraceAnnotation.__exit__(self, *exc_info)
 
 
 def trace_me(scope: str) -> Callable[[_F], _F]:

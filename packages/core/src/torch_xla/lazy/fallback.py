@@ -16,6 +16,11 @@ from torch_xla.lazy import graph, nodes, transfer
 from torch_xla.lazy.tensor import XLATensor, not_xla_error
 
 
+class XlaIndexError(IndexError, RuntimeError):
+    """An index or dimension out of range in an op on XLA tensors. CPU torch raises
+    IndexError, PyTorch/XLA RuntimeError: code written for either catches this."""
+
+
 def run_cpu(func: OpOverload, args: tuple, kwargs: dict) -> Any:
     _metrics.counter(func._schema.name).inc()
     flat, spec = pytree.tree_flatten((args, kwargs))
@@ -31,7 +36,12 @@ def run_cpu(func: OpOverload, args: tuple, kwargs: dict) -> Any:
     host = {id(t): transfer.to_host(t._node.array, t.dtype) for t in xla}
     cpu_flat = [host[id(a)] if type(a) is XLATensor else _cpu_arg(a) for a in flat]
     cargs, ckwargs = pytree.tree_unflatten(cpu_flat, spec)
-    out = func(*cargs, **ckwargs)
+    try:
+        out = func(*cargs, **ckwargs)
+    except IndexError as error:
+        if isinstance(error, RuntimeError):
+            raise
+        raise XlaIndexError(*error.args).with_traceback(error.__traceback__) from None
     _write_back(func, flat, cpu_flat)
     by_id = {id(c): a for a, c in zip(flat, cpu_flat, strict=False) if type(a) is XLATensor}
     return pytree.tree_map(lambda o: _to_xla(o, device, by_id), out)

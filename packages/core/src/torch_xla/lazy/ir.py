@@ -28,9 +28,15 @@ def set_debug(enabled: bool) -> None:
 
 
 class _Scopes(threading.local):
-    """The profiler scopes (`xp.Trace`) open in this thread, joined: `"outer/inner/"`."""
+    """The profiler scopes (`xp.Trace`) open in this thread, joined: `"outer/inner/"`;
+    their labels (`name.N`, N counting the scopes of that name opened in this thread),
+    innermost last; and those counts."""
 
     prefix: str | None = None
+
+    def __init__(self) -> None:
+        self.labels: list[str] = []
+        self.counts: dict[str, int] = {}
 
 
 _SCOPES = _Scopes()
@@ -40,13 +46,20 @@ _OPEN = 0
 _OPEN_LOCK = threading.Lock()
 
 
+class OpenScopeError(RuntimeError):
+    """A step was marked inside an open profiler scope."""
+
+
 def push_scope(name: str) -> str | None:
     """Open a named scope in this thread: nodes recorded inside it carry its name as the
     prefix of their HLO metadata name (`name/aten__mm`), which device profiles show.
     Returns what `pop_scope` restores."""
     global _OPEN
-    previous = _SCOPES.prefix
-    _SCOPES.prefix = f"{previous or ''}{name}/"
+    scopes = _SCOPES
+    previous = scopes.prefix
+    scopes.prefix = f"{previous or ''}{name}/"
+    count = scopes.counts[name] = scopes.counts.get(name, 0) + 1
+    scopes.labels.append(f"{name}.{count}")
     with _OPEN_LOCK:
         _OPEN += 1
     return previous
@@ -56,8 +69,22 @@ def pop_scope(previous: str | None) -> None:
     """Close the scope `push_scope` opened (`previous`: what it returned)."""
     global _OPEN
     _SCOPES.prefix = previous
+    if _SCOPES.labels:
+        _SCOPES.labels.pop()
     with _OPEN_LOCK:
         _OPEN -= 1
+
+
+def require_no_open_scope() -> None:
+    """Raise `OpenScopeError` when this thread has a profiler scope open: a step marked
+    inside `xp.Trace` would split the scope's region over two steps (PyTorch/XLA raises
+    it too; `mark_step(reset_scope=False)` skips the check)."""
+    if _OPEN and _SCOPES.labels:
+        raise OpenScopeError(
+            f"Expecting scope to be empty but it is {_SCOPES.labels[-1]}: "
+            "xm.mark_step()/torch_xla.sync() was called inside an open xp.Trace (or a "
+            "function decorated with xp.trace_me). Mark the step after the scope closes, "
+            "use xp.StepTrace (which marks it on exit), or pass reset_scope=False.")
 
 
 class Node:

@@ -118,10 +118,9 @@ def _embedding_bag_backward(func, args, kwargs):
     return dispatch.record(func, lowering.lookup(func), tuple(args), kwargs)
 
 
-class EmptyReductionError(IndexError, RuntimeError):
+class EmptyReductionError(fallback.XlaIndexError):
     """A reduction without identity over an empty dim, raised when the op is recorded
-    (before, the lowering failed at the sync). CPU torch raises IndexError, PyTorch/XLA
-    RuntimeError: code written for either catches this."""
+    (before, the lowering failed at the sync)."""
 
 
 _NUMEL_0 = "Expected reduction dim to be specified for input.numel() == 0."
@@ -273,14 +272,6 @@ def _ctc_backward(grad, log_probs, targets, input_lengths, target_lengths, neg_l
         (grad, log_probs, targets, _lengths(input_lengths, log_probs),
          _lengths(target_lengths, log_probs), neg_log_likelihood, log_alpha),
         {"blank": blank, "zero_infinity": zero_infinity}, name="ctc_loss_backward")
-
-
-@special(aten.equal.default)
-def _equal(func, args, kwargs):
-    a, b = args
-    if a.shape != b.shape:
-        return False
-    return bool(aten.all.default(aten.eq.Tensor(a, b)).item())
 
 
 @special(aten._assert_tensor_metadata.default)

@@ -83,10 +83,22 @@ def decomposition_for(op: OpOverload) -> Callable | None:
 # --- our decompositions ----------------------------------------------------------------
 
 
+# Comparisons answered with a Python bool: reduced on the device, one host read of the
+# answer, as PyTorch/XLA computes them.
+
+
+@_own(aten.equal.default)
+def equal(a, b):
+    """`torch.equal`: same sizes and every element equal."""
+    if a.shape != b.shape:
+        return False
+    return bool((a == b).all().item())
+
+
 @_own(aten.allclose.default)
 def allclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
-    """`torch.isclose(a, b, ...).all()` on the device, one host read of the answer, as
-    PyTorch/XLA computes it; written without `isclose`, whose kernel updates in place.
+    """`torch.isclose(a, b, ...).all()`; written without `isclose`, whose kernel updates in
+    place.
     Closeness as `isclose`: equal, or a finite difference within atol + |rtol * b| (bools
     compared in the default float type), NaNs equal with `equal_nan`."""
     torch._check(a.dtype == b.dtype, lambda: f"{a.dtype} did not match {b.dtype}")

@@ -3,7 +3,8 @@
 `torch.utils.checkpoint` alone is not enough on XLA: forward and backward land in one
 graph, so XLA's common-subexpression elimination merges the recomputed forward with
 the original one and keeps every activation alive, undoing the checkpoint. Here the
-recomputation reads its inputs (and, reentrant, the incoming gradients) through an
+recomputation reads its inputs (and, reentrant, the incoming gradients; and the
+parameters and buffers of the module whose method is checkpointed) through an
 XLA optimization barrier, which XLA does not look through: the recomputed ops have
 other operands, nothing is merged, and the recomputation runs in backward.
 
@@ -80,13 +81,23 @@ def _fresh(t: torch.Tensor) -> torch.Tensor:
     return t.detach().clone()
 
 
-def _behind_barrier(values: Sequence[Any]) -> list[Any]:
+def _module_state(function: Callable) -> list[torch.Tensor]:
+    """The XLA parameters and buffers of the module whose bound method `function` is."""
+    module = getattr(function, "__self__", None)
+    if not isinstance(module, torch.nn.Module):
+        return []
+    return [t for t in (*module.parameters(), *module.buffers()) if _is_xla(t)]
+
+
+def _behind_barrier(values: Sequence[Any], state: Sequence[torch.Tensor] = ()) -> list[Any]:
     """`values` with every XLA tensor replaced by a fresh leaf that takes its value through
-    one optimization barrier shared by all of them; requires_grad is kept."""
+    one optimization barrier shared by all of them; requires_grad is kept. The module
+    `state` (parameters, buffers) passes the same barrier in place, as in PyTorch/XLA:
+    the recomputation then shares no operand with the forward at all."""
     out = [_fresh(v) if _is_xla(v) else v for v in values]
     xla = [v for v in out if _is_xla(v)]
     if xla:
-        xm.optimization_barrier_(xla)
+        xm.optimization_barrier_([*xla, *state])
     for new, old in zip(out, values, strict=True):
         if _is_xla(new) and old.requires_grad:
             new.requires_grad_(True)
@@ -145,7 +156,7 @@ class CheckpointFunction(torch.autograd.Function):
             inputs[i] = t
         # One barrier over inputs and gradients: the recomputation can start only once
         # backward reached it, and shares no operand with the forward.
-        fenced = _behind_barrier([*inputs, *grad_outputs])
+        fenced = _behind_barrier([*inputs, *grad_outputs], _module_state(ctx.run_function))
         inputs, grad_outputs = fenced[: len(inputs)], fenced[len(inputs):]
         # Leaves of their own for the other tensors too (CPU ones): the gradients below
         # must not accumulate into the caller's tensors as well as being returned.
@@ -186,7 +197,8 @@ class _Recomputable:
                 self.rng = _rng_snapshot(args)
             return self.function(*args, **kwargs)
         with _replayed_rng(self.rng):
-            return self.function(*_behind_barrier(args), **kwargs)
+            return self.function(*_behind_barrier(args, _module_state(self.function)),
+                                 **kwargs)
 
 
 # --- public API ---------------------------------------------------------------------------

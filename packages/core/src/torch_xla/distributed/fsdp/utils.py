@@ -28,12 +28,15 @@ def checkpoint_module(module: nn.Module) -> nn.Module:
             return original(*args, **kwargs)
         names = list(kwargs)
 
-        def run(*values: Any) -> Any:
+        def run(_module: nn.Module, *values: Any) -> Any:
             positional = values[:len(values) - len(names)]
             return original(*positional, **dict(zip(names, values[len(positional):],
                                                     strict=True)))
 
-        return checkpoint(run, *args, *kwargs.values(), use_reentrant=True)
+        # a method of the module: the recomputation reads its parameters and buffers
+        # through the checkpoint's optimization barrier too
+        return checkpoint(MethodType(run, module), *args, *kwargs.values(),
+                          use_reentrant=True)
 
     module._xla_checkpointed_forward_original = module.forward
     module.forward = forward
