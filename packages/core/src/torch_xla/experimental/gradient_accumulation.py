@@ -18,7 +18,7 @@ import torch
 
 from torch_xla.experimental.eager import eager_mode_context
 from torch_xla.lazy import functional, graph, loop, nodes
-from torch_xla.lazy.tensor import XLATensor, device_mismatch_error, not_xla_error
+from torch_xla.lazy.tensor import XLATensor, common_device
 
 __all__ = ["GradientAccumulationContext", "gradient_accumulation"]
 
@@ -80,21 +80,10 @@ def gradient_accumulation(
     return result if carried else result[0]
 
 
-def _device(tensors: Sequence[torch.Tensor]) -> int:
-    found = None
-    for t in tensors:
-        if t.device.type != "xla":
-            raise not_xla_error(t)
-        if found is not None and t.device.index != found:
-            raise device_mismatch_error(found, t.device.index)
-        found = t.device.index
-    return found
-
-
 def _accumulate(steps: int, train_step: Callable, iterables: list[torch.Tensor],
                 model: torch.nn.Module, carried: tuple) -> tuple:
     params = [p for p in model.parameters() if p.requires_grad]
-    device = _device([*iterables, *carried, *params])
+    device = common_device([*iterables, *carried, *params])
     buffers = [(b, b.value) for b in map(functional.unwrap, model.buffers())]
     try:
         with eager_mode_context(False) as was_eager:  # the step is recorded, never run

@@ -1,4 +1,4 @@
-"""A step recorded once and run as one XLA While loop (gradient accumulation).
+"""A step recorded once and run as one XLA While loop (gradient accumulation, scan).
 
 The caller records its step over `placeholder` tensors (leaves with no value: one
 slice of each iterated tensor, the carried values). `accumulation_loop` then
@@ -9,6 +9,12 @@ JAX function `compiler.graph_function` builds. One node, lowered by
 `lowering.loops.accumulate`, runs that body in `jax.lax.fori_loop`. A random op's
 key is the exception to hoisting: it is folded with the iteration number inside
 the loop, so each step draws its own numbers (dropout masks differ per step).
+`scan_loop` records the same kind of body as a scan node (`lowering.loops.scan`,
+`jax.lax.scan`): a carry threaded from one step to the next and outputs stacked
+along a new leading dimension; the API on top is `torch_xla.experimental.scan`.
+There every random op stays in the body, even one that reads no loop input: the
+body is a traced function that reads only its arguments, so each of its random ops
+must draw anew at every step.
 
 The node's hash covers the body's structure (`Body.fingerprint`), so the same step
 recorded again hits the compiled program, however many steps it iterates.
@@ -27,6 +33,7 @@ from torch_xla.lazy.tensor import XLATensor
 from torch_xla.lowering import loops
 
 LOOP_OP = "xla::gradient_accumulation_loop"
+SCAN_OP = "xla::scan"
 PLACEHOLDER_OP = "xla::loop_input"
 
 
@@ -82,13 +89,16 @@ class Body:
 # --- splitting the recorded graph ------------------------------------------------------
 
 
-def _depends(order: list[ir.Node], kind: type | None = None) -> dict[int, bool]:
+def _depends(order: list[ir.Node], kind: type | None = None,
+             random: bool = False) -> dict[int, bool]:
     """id(node) -> whether it is or reads a placeholder (of class `kind`, default any;
-    `order`: a post-order)."""
+    `order`: a post-order). With `random`, a random op (a reader of a key) counts as
+    reading one too: it must draw again at every iteration, so it stays in the loop."""
     kind = kind or Placeholder
     found: dict[int, bool] = {}
     for n in order:
-        found[id(n)] = isinstance(n, kind) or any(found[id(c)] for c, _ in n.inputs)
+        found[id(n)] = isinstance(n, kind) or any(
+            found[id(c)] or (random and c.op == rng.KEY_OP) for c, _ in n.inputs)
     return found
 
 
@@ -140,6 +150,39 @@ def _fingerprint(device: int, order, position, values, leaves: list) -> str:
 # --- the loop node ---------------------------------------------------------------------
 
 
+def _record_body(device: int, slots: Sequence[XLATensor], roots: list[tuple[ir.Node, int]],
+                 random: bool = False) -> tuple[Body, _Split]:
+    """The part of the recorded graph under `roots` that depends on a placeholder (or,
+    with `random`, draws random numbers), as one JAX function of (the `slots`, then the
+    keys and invariants `_Split` found)."""
+    order, _, _, _ = graph.walk(roots)
+    split = _Split(_depends(order, random=random))
+    for n in order:
+        if split.depends[id(n)]:
+            split.clone(n)
+    body_values = [split.value(n, i) for n, i in roots]
+    outside = [p for _, p in split.keys] + [p for _, p in split.invariants]
+    leaves = [t._node for t in slots] + outside
+    body_order, position, _, _ = graph.walk(body_values)
+    fn = compiler.graph_function(body_order, position, leaves, body_values)
+    return Body(fn, _fingerprint(device, body_order, position, body_values, leaves)), split
+
+
+def _loop_node(op: str, rule, device: int, inputs: list, split: _Split, attributes: tuple,
+               avals: tuple) -> list[XLATensor]:
+    """One node running a loop over `inputs`, then the split's keys and invariants."""
+    inputs = inputs + [v for v, _ in split.keys] + [v for v, _ in split.invariants]
+    template = (tuple(ir.Slot(i) for i in range(len(inputs))), attributes)
+    in_avals = tuple(n.avals[i] for n, i in inputs)
+    node = ir.Node(op, rule, template, inputs, avals, device,
+                   hash((op, attributes, in_avals, avals)))
+    return [XLATensor(node, i) for i in range(len(avals))]
+
+
+def _aval(t: XLATensor) -> ir.Aval:
+    return t._node.avals[t._index]
+
+
 def accumulation_loop(
     steps: int,
     slots: Sequence[XLATensor],
@@ -159,17 +202,7 @@ def accumulation_loop(
     device = loss._node.device
     present = [g for g in grads if g is not None]
     roots = [loss.value, *(t.value for t in carried_out), *(g.value for g in present)]
-    order, _, _, _ = graph.walk(roots)
-    split = _Split(_depends(order))
-    for n in order:
-        if split.depends[id(n)]:
-            split.clone(n)
-    body_values = [split.value(n, i) for n, i in roots]
-    outside = [p for _, p in split.keys] + [p for _, p in split.invariants]
-    leaves = [t._node for t in slots] + outside
-    body_order, position, _, _ = graph.walk(body_values)
-    fn = compiler.graph_function(body_order, position, leaves, body_values)
-    body = Body(fn, _fingerprint(device, body_order, position, body_values, leaves))
+    body, split = _record_body(device, slots, roots)
     layout = loops.AccumulationLayout(
         steps=steps, iterables=len(iterables), carried=len(carried),
         has_grad=tuple(g is not None for g in grads), keys=len(split.keys),
@@ -177,14 +210,38 @@ def accumulation_loop(
         loss_dtype=str(dtype_policy.STORAGE[loss.dtype]),
     )
     inputs = [t.value for t in (*iterables, *carried, *accumulators)]
-    inputs += [v for v, _ in split.keys] + [v for v, _ in split.invariants]
-    avals = (loss._node.avals[loss._index], *(t._node.avals[t._index] for t in carried),
-             *(t._node.avals[t._index] for t in accumulators))
-    template = (tuple(ir.Slot(i) for i in range(len(inputs))), (("body", body), ("layout", layout)))
-    in_avals = tuple(n.avals[i] for n, i in inputs)
-    node = ir.Node(LOOP_OP, loops.accumulate, template, inputs, avals, device,
-                   hash((LOOP_OP, body, layout, in_avals, avals)))
-    return [XLATensor(node, i) for i in range(len(avals))]
+    avals = (_aval(loss), *map(_aval, carried), *map(_aval, accumulators))
+    return _loop_node(LOOP_OP, loops.accumulate, device, inputs, split,
+                      (("body", body), ("layout", layout)), avals)
+
+
+def scan_loop(
+    steps: int,
+    slots: Sequence[XLATensor],
+    init: Sequence[XLATensor],
+    xs: Sequence[XLATensor],
+    carry_out: Sequence[XLATensor],
+    ys: Sequence[XLATensor],
+    reverse: bool = False,
+) -> tuple[list[XLATensor], list[XLATensor]]:
+    """Record one node scanning the function recorded over `slots` (placeholders: one per
+    carried value, then one slice of each of `xs`) along the leading dimension of `xs`
+    (`steps` long; last to first when `reverse`).
+
+    The function produced `carry_out` (one per `init`, same shapes and dtypes) and `ys`.
+    Returns the final carry and each of `ys` stacked along a new leading dimension."""
+    device = slots[0]._node.device
+    # the body reads only the slots and its own constants: every random op is its own
+    body, split = _record_body(device, slots, [t.value for t in (*carry_out, *ys)],
+                               random=True)
+    layout = loops.ScanLayout(steps=steps, carried=len(init), iterables=len(xs),
+                              keys=len(split.keys), invariants=len(split.invariants),
+                              reverse=reverse)
+    inputs = [t.value for t in (*init, *xs)]
+    stacked = tuple(((steps, *shape), dtype) for shape, dtype in map(_aval, ys))
+    outs = _loop_node(SCAN_OP, loops.scan, device, inputs, split,
+                      (("body", body), ("layout", layout)), (*map(_aval, init), *stacked))
+    return outs[:len(init)], outs[len(init):]
 
 
 # --- nothing recorded over a placeholder may outlive the recording -------------------

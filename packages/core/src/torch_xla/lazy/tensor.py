@@ -12,7 +12,7 @@ runner `eager.py` installs with `set_eager_runner`.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -184,6 +184,19 @@ def device_mismatch_error(expected: int, found: int) -> RuntimeError:
         f"Expected all tensors on the same device, found xla:{expected} and xla:{found}. "
         "Move one with `.to(...)`."
     )
+
+
+def common_device(tensors: Sequence[torch.Tensor]) -> int | None:
+    """The index of the one XLA device `tensors` (torch tensors) are on (None for none);
+    a CPU tensor or a second device raises the errors above."""
+    found = None
+    for t in tensors:
+        if t.device.type != "xla":
+            raise not_xla_error(t)
+        if found is not None and t.device.index != found:
+            raise device_mismatch_error(found, t.device.index)
+        found = t.device.index
+    return found
 
 
 def uninitialized(t: XLATensor) -> XLATensor:

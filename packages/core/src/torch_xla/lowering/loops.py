@@ -1,9 +1,9 @@
 """Loops as JAX: the body of a traced step run over a leading dimension in one XLA While.
 
-`accumulate` is the lowering of the engine's gradient-accumulation node
-(`lazy/loop.py`): the body is a JAX function built from the recorded step, and
-the loop is `jax.lax.fori_loop`, which XLA receives as one `while` whatever the
-number of steps.
+`accumulate` is the lowering of the engine's gradient-accumulation node and `scan`
+the lowering of its scan node (both recorded in `lazy/loop.py`): the body is a JAX
+function built from the recorded step, and the loop is `jax.lax.fori_loop` or
+`jax.lax.scan`, which XLA receives as one `while` whatever the number of steps.
 """
 
 from __future__ import annotations
@@ -69,3 +69,36 @@ def accumulate(*arrays, body: Callable, layout: AccumulationLayout) -> tuple:
     loss, carried, accumulators = lax.fori_loop(
         0, layout.steps, step, (zero, carried, accumulators))
     return (loss, *carried, *accumulators)
+
+
+@dataclass(frozen=True)
+class ScanLayout:
+    """How a scan's operands and its body's arguments and results are laid out.
+
+    Operands: initial carried values, iterables (stacked along dimension 0), random
+    keys, loop invariants. Body arguments: the carried values, one slice of each
+    iterable, each key folded with the iteration, the invariants. Body results: the new
+    carried values, then one slice of each output. Loop results: the last carried
+    values, then the outputs stacked along a new dimension 0."""
+
+    steps: int
+    carried: int
+    iterables: int
+    keys: int
+    invariants: int
+    reverse: bool  # iterate from the last slice to the first
+
+
+def scan(*arrays, body: Callable, layout: ScanLayout) -> tuple:
+    """Run `body` once per slice of the iterables, as `jax.lax.scan` (one XLA `while`)."""
+    sizes = [layout.carried, layout.iterables, layout.keys, layout.invariants]
+    carried, iterables, keys, invariants = _split(arrays, sizes)
+
+    def step(state, slices):
+        i, carried = state
+        out = body(*carried, *slices, *(_fold_in(k, i) for k in keys), *invariants)
+        return (i + 1, tuple(out[:layout.carried])), tuple(out[layout.carried:])
+
+    (_, carried), ys = lax.scan(step, (jnp.int32(0), carried), iterables,
+                                length=layout.steps, reverse=layout.reverse)
+    return (*carried, *ys)
