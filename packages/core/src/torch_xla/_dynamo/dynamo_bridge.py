@@ -27,6 +27,7 @@ from __future__ import annotations
 import copy
 import operator
 import warnings
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -40,6 +41,7 @@ from torch_xla import _metrics
 from torch_xla._dynamo import config
 from torch_xla._dynamo.buffer_donor import alias_with_buffer_donor_config  # noqa: F401
 from torch_xla.lazy import (
+    analysis,
     compiler,
     dump,
     eager,
@@ -130,7 +132,10 @@ class CompiledGraph:
         arrays = self._inputs(args)
         _INPUT_DATA.add(len(arrays))
         device = self.device
-        results = graph.run_program(device, self.program, arrays)
+        program = self.program
+        if analysis.EXECUTIONS:
+            analysis.executing(program.fingerprint, len(arrays), program.outputs, dynamo=True)
+        results = graph.run_program(device, program, arrays)
         _OUTPUT_DATA.add(len(results))
         if self.record is not None:
             dump.save_graph(self.record, replicas.dump_ordinal(device))
@@ -214,7 +219,7 @@ def _layouts(args: Sequence[Any]) -> tuple:
     if any(leaf.rule is not None for leaf in leaves):
         _sync_inputs(args)
         return _layouts(args)
-    return spmd.layout_key(graph._on_every_device(leaves, [leaf.array for leaf in leaves]))
+    return graph.placed_layout_key(leaves)
 
 
 _INPUT_DATA = _metrics.metric("RunCachedGraphInputData")
@@ -449,9 +454,9 @@ def _compile(values: list, arg_of_leaf: dict[int, int]) -> tuple:
     on this and every later call, as PyTorch/XLA's bridge does: dynamo does not guard on
     the mark. One buffer passed as two arguments is never donated."""
     order, position, leaves, shared = graph.walk(values)
-    arrays = [id(leaf.array) for leaf in leaves]
+    holders = Counter(id(leaf.array) for leaf in leaves)  # buffers held by two leaves
     candidates = {k for k, leaf in enumerate(leaves)
-                  if type(arg_of_leaf.get(id(leaf))) is int and arrays.count(arrays[k]) == 1}
+                  if type(arg_of_leaf.get(id(leaf))) is int and holders[id(leaf.array)] == 1}
     donate = graph.marked_donations(order, position, leaves, shared, values, candidates)
     key = _graph_key(values, shared, leaves, donate)
     program = _program(key, order, position, leaves, values)
@@ -472,7 +477,7 @@ def _graph_key(values: list, shared: list, leaves: list, donate: tuple[int, ...]
     are part of the key: the program is compiled for them."""
     key = (values[0][0].device, tuple([(n.hash, i) for n, i in values]), tuple(shared), donate)
     if spmd.enabled():
-        key += spmd.layout_key(graph._on_every_device(leaves, [leaf.array for leaf in leaves]))
+        key += graph.placed_layout_key(leaves)
     return key
 
 
@@ -736,7 +741,9 @@ def run_cached_graph(name: str, inputs: Sequence[torch.Tensor]) -> list[torch.Te
     _INPUT_DATA.add(len(inner))
     arrays = [t._node.array for t in inner]
     if spmd.enabled():
-        arrays = graph._on_every_device([t._node for t in inner], arrays)
+        arrays = graph.on_every_device([t._node for t in inner], arrays)
+    if analysis.EXECUTIONS:
+        analysis.executing(program.fingerprint, len(arrays), program.outputs, dynamo=True)
     results = graph.run_program(device, program, arrays)
     _OUTPUT_DATA.add(len(results))
     outs = [functional.wrap(XLATensor(ir.Data(a, aval, device, mark)))

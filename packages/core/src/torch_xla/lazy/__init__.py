@@ -14,6 +14,7 @@ Modules, bottom-up (each imports only those above it in this list):
   rng           the device RNG state and the key each random op records
   rewrites      in-place and _foreach_ ops rewritten into others
   dump          XLA_SAVE_TENSORS_FILE, XLA_METRICS_FILE, the *_OPBYOP switches
+  analysis      PT_XLA_DEBUG_LEVEL: why each graph compiled and ran, read from the stack
   replicas      compiling and running programs that span every process's device
   compiler      a walked graph as one jitted JAX function; the in-memory program cache
   plans         a graph's walk kept by its roots' hashes, replayed while its structure repeats
@@ -23,7 +24,7 @@ Modules, bottom-up (each imports only those above it in this list):
   dispatch      choosing the rule for each ATen op, and recording
   special       the engine's own rules, registered into dispatch's table
   nested        the transformer fast path's nested tensors, held in padded form
-  loop          a step recorded once, run as one XLA While loop (gradient accumulation)
+  loop          a step recorded once, run as one XLA While loop (gradient accumulation, scan)
   region        a pure function recorded once per signature as a JAX function (assume_pure)
 
 Importing the package loads `special` and `nested` (and so everything else): after it, every

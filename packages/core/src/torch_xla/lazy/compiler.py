@@ -18,7 +18,7 @@ from typing import Any
 import jax
 
 from torch_xla import _metrics
-from torch_xla.lazy import dtype_policy, dump, ir, manual, replicas
+from torch_xla.lazy import analysis, dtype_policy, dump, ir, manual, replicas
 from torch_xla.lowering import policy
 from torch_xla.pjrt import spmd
 from torch_xla.pjrt.client import TRACE_EXECUTE, client
@@ -40,13 +40,18 @@ class LoweringError(RuntimeError):
 
 class Program:
     """A compiled graph. A graph holding a collective is `replicated`: it compiles as one
-    program that every process of the job runs on its own device (see `replicas.py`)."""
+    program that every process of the job runs on its own device (see `replicas.py`).
+    `fingerprint` is its compilation key (`stable_key`) and `outputs` its number of
+    results, which the debugging tool shows (`lazy/analysis.py`)."""
 
-    __slots__ = ("compiled", "replicated")
+    __slots__ = ("compiled", "replicated", "fingerprint", "outputs")
 
-    def __init__(self, compiled: Any, replicated: bool = False) -> None:
+    def __init__(self, compiled: Any, replicated: bool = False, fingerprint: str = "",
+                 outputs: int = 0) -> None:
         self.compiled = compiled
         self.replicated = replicated
+        self.fingerprint = fingerprint
+        self.outputs = outputs
 
     def run(self, arrays: list) -> list:
         with jax.profiler.TraceAnnotation(TRACE_EXECUTE):
@@ -272,18 +277,26 @@ def compile(device: int, order: list, position: dict, leaves: list, values: list
         # PyTorch/XLA's switch to compile graphs through StableHLO, counted per compile;
         # here every graph is, so the switch changes only the count
         _STABLEHLO_COMPILE.value += 1
-    if any(getattr(n.rule, "collective", False) for n in order):
+    replicated = any(getattr(n.rule, "collective", False) for n in order)
+    # One program for every replica: its name leaves out which device recorded it.
+    fingerprint = (stable_key(device, order, position, values, replica=True) if replicated
+                   else stable_key(device, order, position, values, arrays=args, donate=donate))
+    analysed = analysis.COMPILATIONS and not eager
+    if analysed:
+        analysis.compiling(fingerprint, len(args), len(values))
+    if replicated:
         out_avals = [n.avals[i] for n, i in values]
-        # One program for every replica: its name leaves out which device recorded it.
-        fingerprint = stable_key(device, order, position, values, replica=True)
-        return Program(replicas.compile(graph_fn, args, out_avals, fingerprint), replicated=True)
-    fingerprint = stable_key(device, order, position, values, arrays=args, donate=donate)
-    try:
-        with manual.partitioner(order):  # GSPMD for a manual-sharding region
-            return Program(client().compile(fingerprint, graph_fn, *args, eager=eager,
-                                            out_shardings=out_shardings, donate=donate))
-    except jax.errors.JaxRuntimeError as error:
-        raise type(error)(rejected_graph_message(str(error), order)) from error
+        executable = replicas.compile(graph_fn, args, out_avals, fingerprint)
+    else:
+        try:
+            with manual.partitioner(order):  # GSPMD for a manual-sharding region
+                executable = client().compile(fingerprint, graph_fn, *args, eager=eager,
+                                              out_shardings=out_shardings, donate=donate)
+        except jax.errors.JaxRuntimeError as error:
+            raise type(error)(rejected_graph_message(str(error), order)) from error
+    if analysed:
+        analysis.compiled(executable)
+    return Program(executable, replicated, fingerprint, len(values))
 
 
 _STABLEHLO_COMPILE = _metrics.counter("StableHloCompile")

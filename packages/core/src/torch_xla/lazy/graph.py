@@ -52,6 +52,7 @@ from torch.utils._pytree import tree_leaves
 
 from torch_xla import _metrics
 from torch_xla.lazy import (
+    analysis,
     compiler,
     dump,
     functional,
@@ -168,6 +169,8 @@ def mark_step() -> None:
     sync(None)
     if dump.METRICS_FILE:
         dump.save_metrics()
+    if analysis.LEVEL:
+        analysis.step_marked()
 
 
 def sync(tensors: Sequence[XLATensor] | None = None, step: bool = True) -> None:
@@ -178,6 +181,7 @@ def sync(tensors: Sequence[XLATensor] | None = None, step: bool = True) -> None:
     donors, and only while `set_donor_config(True)`."""
     if not dump.READ:
         dump.configure(at_sync=True)
+        analysis.configure()
     full = tensors is None
     if full:
         sharding.keep_annotations()  # marked tensors' layouts, on values in-place ops gave
@@ -347,10 +351,12 @@ def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False,
         start = time.perf_counter()
         arrays = [leaf.array for leaf in leaves]
         if laid_out:
-            arrays = _on_every_device(leaves, arrays)
+            arrays = on_every_device(leaves, arrays)
             key += spmd.layout_key(arrays)
         _UNWRAP.add(time.perf_counter() - start)
         program = _program(key, device, order, position, leaves, arrays, values, eager, donate)
+        if analysis.EXECUTIONS and not eager:
+            analysis.executing(program.fingerprint, len(arrays), program.outputs)
         try:
             results = run_program(device, program, arrays, eager)
         except RuntimeError:
@@ -485,7 +491,7 @@ def _node_of(entry: tuple) -> tuple[int]:
     return (id(entry[0]),)
 
 
-def _on_every_device(leaves: list[ir.Data], arrays: list) -> list:
+def on_every_device(leaves: list[ir.Data], arrays: list) -> list:
     """SPMD: inputs made on one device before the mode was on, replicated (once: the leaf
     keeps the global array)."""
     placed = spmd.on_devices(arrays, tuple(transfer.client().global_devices))
@@ -493,6 +499,12 @@ def _on_every_device(leaves: list[ir.Data], arrays: list) -> list:
         if after is not before:
             leaf.array = after
     return placed
+
+
+def placed_layout_key(leaves: list[ir.Data]) -> tuple:
+    """SPMD: the part of a program's cache key the layouts of its inputs make, once the
+    leaves are placed on every device as a sync places them (`on_every_device`)."""
+    return spmd.layout_key(on_every_device(leaves, [leaf.array for leaf in leaves]))
 
 
 def _program(key: tuple, device: int, order: list, position: dict | None, leaves: list,
