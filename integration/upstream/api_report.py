@@ -49,15 +49,17 @@ REASONS: dict[str | tuple[str, str], str] = {
     "torch_xla.experimental.spmd_fully_sharded_data_parallel": ISSUE_11 + " (FSDP v2 over SPMD)",
     "torch_xla._dynamo": ISSUE_12,
     "torch_xla.core.dynamo_bridge": ISSUE_12,
-    "torch_xla.experimental.custom_kernel": TPU_ONLY + " (Pallas TPU kernels: flash, paged and "
-    "ragged attention, grouped matmul, int8 matmul)",
+    "torch_xla.experimental.custom_kernel": NOT_BUILT + "upstream's Pallas kernels for TPUs "
+    "(flash, paged and ragged attention, grouped matmul, int8 matmul: Mosaic custom calls for "
+    "one chip family, whose place would be torch-xla-tpu); plain PyTorch attention compiles "
+    "on every device",
     "torch_xla.distributed.data_parallel": NOT_BUILT + "thread-per-device `DataParallel`",
     "torch_xla.experimental.gradient_accumulation": "upstream's helper that builds the While "
     "loop with its C++ XLA builder; here the loop is a jax `fori_loop` (lazy/loop.py)",
-    "torch_xla.core.xla_builder": "upstream's XLA-builder API over its C++ `XlaBuilder` "
-    "(`Op`, `Shape`, computations from HLO protos, and the callable wrappers behind its "
-    "`call_jax`); here programs are JAX functions, so a hand-written computation is JAX code "
-    "called with `call_jax`",
+    "torch_xla.core.xla_builder": "the callable wrappers behind upstream's `call_jax`, which "
+    "lowers the JAX function to HLO and calls it as a separate computation (with placeholder "
+    "tensors for its parameters); here `call_jax` inlines the JAX function into the step's "
+    "program, so none is needed",
     ("torch_xla.experimental.assume_pure", "make_fake_inputs"): "internals of upstream's "
     "`assume_pure_torch` (placeholder tensors of its C++ lowering context); here "
     "`torch_xla.lazy.region` records over placeholders",
