@@ -24,11 +24,13 @@ Modules, bottom-up (each imports only those above it in this list):
   dispatch      choosing the rule for each ATen op, and recording
   special       the engine's own rules, registered into dispatch's table
   nested        the transformer fast path's nested tensors, held in padded form
-  loop          a step recorded once, run as one XLA While loop (gradient accumulation, scan)
+  loop          a step recorded once, run as one XLA While loop (gradient accumulation,
+                scan, while_loop)
   region        a pure function recorded once per signature as a JAX function (assume_pure)
 
-Importing the package loads `special` and `nested` (and so everything else): after it, every
-ATen op on an XLA tensor reaches `dispatch.run`.
+Importing the package loads `special`, `nested` and `loop` (and so everything else but
+`region`): after it, every ATen op on an XLA tensor reaches `dispatch.run`, and torch's
+`while_loop` reaches `loop.while_loop`.
 """
 
-from torch_xla.lazy import nested, special  # noqa: F401  (register the engine's rules)
+from torch_xla.lazy import loop, nested, special  # noqa: F401  (register the engine's rules)

@@ -14,7 +14,9 @@ the loop, so each step draws its own numbers (dropout masks differ per step).
 along a new leading dimension; the API on top is `torch_xla.experimental.scan`.
 There every random op stays in the body, even one that reads no loop input: the
 body is a traced function that reads only its arguments, so each of its random ops
-must draw anew at every step.
+must draw anew at every step. `while_loop` (torch's `while_loop` on XLA tensors, and
+`torch_xla.experimental.fori_loop`) records a condition and a body the same way and
+runs them in `jax.lax.while_loop`.
 
 The node's hash covers the body's structure (`Body.fingerprint`), so the same step
 recorded again hits the compiled program, however many steps it iterates.
@@ -24,16 +26,19 @@ from __future__ import annotations
 
 import gc
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
+from torch._higher_order_ops.while_loop import while_loop_op, while_loop_stack_output_op
 
-from torch_xla.lazy import compiler, dtype_policy, graph, ir, rng, tensor
+from torch_xla.lazy import compiler, dtype_policy, eager, graph, ir, rng, tensor
 from torch_xla.lazy.tensor import XLATensor
 from torch_xla.lowering import loops
 
 LOOP_OP = "xla::gradient_accumulation_loop"
 SCAN_OP = "xla::scan"
+WHILE_OP = "xla::while_loop"
 PLACEHOLDER_OP = "xla::loop_input"
 
 
@@ -168,10 +173,11 @@ def _record_body(device: int, slots: Sequence[XLATensor], roots: list[tuple[ir.N
     return Body(fn, _fingerprint(device, body_order, position, body_values, leaves)), split
 
 
-def _loop_node(op: str, rule, device: int, inputs: list, split: _Split, attributes: tuple,
-               avals: tuple) -> list[XLATensor]:
-    """One node running a loop over `inputs`, then the split's keys and invariants."""
-    inputs = inputs + [v for v, _ in split.keys] + [v for v, _ in split.invariants]
+def _loop_node(op: str, rule, device: int, inputs: list, splits: Sequence[_Split],
+               attributes: tuple, avals: tuple) -> list[XLATensor]:
+    """One node running a loop over `inputs`, then each split's keys and invariants."""
+    for split in splits:
+        inputs = inputs + [v for v, _ in split.keys] + [v for v, _ in split.invariants]
     template = (tuple(ir.Slot(i) for i in range(len(inputs))), attributes)
     in_avals = tuple(n.avals[i] for n, i in inputs)
     node = ir.Node(op, rule, template, inputs, avals, device,
@@ -211,7 +217,7 @@ def accumulation_loop(
     )
     inputs = [t.value for t in (*iterables, *carried, *accumulators)]
     avals = (_aval(loss), *map(_aval, carried), *map(_aval, accumulators))
-    return _loop_node(LOOP_OP, loops.accumulate, device, inputs, split,
+    return _loop_node(LOOP_OP, loops.accumulate, device, inputs, [split],
                       (("body", body), ("layout", layout)), avals)
 
 
@@ -239,9 +245,98 @@ def scan_loop(
                               reverse=reverse)
     inputs = [t.value for t in (*init, *xs)]
     stacked = tuple(((steps, *shape), dtype) for shape, dtype in map(_aval, ys))
-    outs = _loop_node(SCAN_OP, loops.scan, device, inputs, split,
+    outs = _loop_node(SCAN_OP, loops.scan, device, inputs, [split],
                       (("body", body), ("layout", layout)), (*map(_aval, init), *stacked))
     return outs[:len(init)], outs[len(init):]
+
+
+def while_loop(cond_fn: Callable, body_fn: Callable, carried: Sequence[XLATensor],
+               additional: Sequence[Any] = ()) -> tuple[XLATensor, ...]:
+    """`torch._higher_order_ops.while_loop` on engine tensors: `cond_fn` and `body_fn`
+    recorded once each over placeholders of the `carried` values (`additional` passed
+    after them, unchanged), run as one XLA While node (`lowering.loops.while_`). The
+    body's random ops draw anew at each iteration."""
+    for k, t in enumerate(carried):
+        if type(t) is not XLATensor:
+            raise TypeError(f"while_loop on XLA tensors: carried input {k} is "
+                            f"{type(t).__name__}; every carried input must be an XLA tensor")
+    if not carried:
+        raise ValueError("while_loop needs at least one carried input")
+    device = carried[0]._node.device
+    for t in carried:
+        if t._node.device != device:
+            raise tensor.device_mismatch_error(device, t._node.device)
+    slots = [placeholder(t.shape, t.dtype, device) for t in carried]
+    try:
+        with eager.disabled():
+            return _record_while(cond_fn, body_fn, carried, slots, tuple(additional), device)
+    except BaseException:
+        discard_recorded()
+        raise
+
+
+def _record_while(cond_fn: Callable, body_fn: Callable, carried: Sequence[XLATensor],
+                  slots: list[XLATensor], additional: tuple, device: int
+                  ) -> tuple[XLATensor, ...]:
+    pred = cond_fn(*slots, *additional)
+    if not isinstance(pred, torch.Tensor) or pred.dtype != torch.bool or pred.numel() != 1:
+        raise TypeError(f"while_loop: cond_fn must return a boolean tensor of one element, "
+                        f"got {_describe(pred)}")
+    new = body_fn(*slots, *additional)
+    new = tuple(new) if isinstance(new, (tuple, list)) else (new,)
+    if len(new) != len(carried):
+        raise TypeError(f"while_loop: body_fn returned {len(new)} values for "
+                        f"{len(carried)} carried inputs; it returns the new carried values")
+    for k, (out, before) in enumerate(zip(new, carried, strict=True)):
+        if not isinstance(out, torch.Tensor) or (out.shape, out.dtype) != (before.shape,
+                                                                              before.dtype):
+            raise TypeError(f"while_loop: body_fn's value {k} is {_describe(out)}, but carried "
+                            f"input {k} has shape {tuple(before.shape)} and dtype "
+                            f"{before.dtype}: a carried value keeps its shape and dtype")
+    cond, cond_split = _record_body(device, slots, [pred.value], random=True)
+    body, body_split = _record_body(device, slots, [t.value for t in new], random=True)
+    layout = loops.WhileLayout(
+        carried=len(carried), cond_keys=len(cond_split.keys),
+        cond_invariants=len(cond_split.invariants), body_keys=len(body_split.keys),
+        body_invariants=len(body_split.invariants))
+    outs = _loop_node(WHILE_OP, loops.while_, device, [t.value for t in carried],
+                      [cond_split, body_split],
+                      (("cond", cond), ("body", body), ("layout", layout)),
+                      tuple(map(_aval, carried)))
+    recorded = [pred, *new]
+    del new, pred
+    if forget_results(recorded):
+        raise NotImplementedError(
+            "while_loop: after recording cond_fn and body_fn, live tensors hold values "
+            "computed inside the loop that it does not return: a function stored a tensor "
+            "outside (a global, a module buffer). Return such values as carried values.")
+    return tuple(outs)
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype}"
+    return f"{type(value).__name__} {value!r:.60}"
+
+
+@while_loop_stack_output_op.py_impl(XLATensor)
+def _while_loop_gradient_rule(cond_fn: Callable, body_fn: Callable, carried_inputs: tuple,
+                              additional_inputs: tuple) -> None:
+    """torch differentiates `while_loop` by stacking each iteration's values, a tensor
+    whose size is the data-dependent number of iterations: no XLA program has one."""
+    raise NotImplementedError(
+        "while_loop on XLA tensors cannot be differentiated: torch's backward for it keeps "
+        "every iteration's values in a tensor whose size is the number of iterations, known "
+        "only when the loop has run, and an XLA program's shapes are fixed when it is "
+        "built. Run the loop under torch.no_grad(), or use torch_xla.experimental.scan "
+        "(a fixed number of steps), which differentiates.")
+
+
+@while_loop_op.py_impl(XLATensor)
+def _while_loop_rule(cond_fn: Callable, body_fn: Callable, carried_inputs: tuple,
+                     additional_inputs: tuple) -> tuple[XLATensor, ...]:
+    """torch's `while_loop` reaches engine tensors here, its functions functionalized."""
+    return while_loop(cond_fn, body_fn, carried_inputs, additional_inputs)
 
 
 # --- nothing recorded over a placeholder may outlive the recording -------------------

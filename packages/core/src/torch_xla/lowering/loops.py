@@ -1,9 +1,10 @@
 """Loops as JAX: the body of a traced step run over a leading dimension in one XLA While.
 
-`accumulate` is the lowering of the engine's gradient-accumulation node and `scan`
-the lowering of its scan node (both recorded in `lazy/loop.py`): the body is a JAX
-function built from the recorded step, and the loop is `jax.lax.fori_loop` or
-`jax.lax.scan`, which XLA receives as one `while` whatever the number of steps.
+`accumulate` is the lowering of the engine's gradient-accumulation node, `scan` of its
+scan node and `while_` of its while-loop node (all recorded in `lazy/loop.py`): the
+body is a JAX function built from the recorded step, and the loop is
+`jax.lax.fori_loop`, `jax.lax.scan` or `jax.lax.while_loop`, which XLA receives as one
+`while` whatever the number of steps.
 """
 
 from __future__ import annotations
@@ -102,3 +103,37 @@ def scan(*arrays, body: Callable, layout: ScanLayout) -> tuple:
     (_, carried), ys = lax.scan(step, (jnp.int32(0), carried), iterables,
                                 length=layout.steps, reverse=layout.reverse)
     return (*carried, *ys)
+
+
+@dataclass(frozen=True)
+class WhileLayout:
+    """How a while loop's operands are laid out: the carried values, then the condition's
+    random keys and invariants, then the body's. The condition and the body take the
+    carried values, their keys folded with the iteration, their invariants; the
+    condition returns one boolean, the body the new carried values."""
+
+    carried: int
+    cond_keys: int
+    cond_invariants: int
+    body_keys: int
+    body_invariants: int
+
+
+def while_(*arrays, cond: Callable, body: Callable, layout: WhileLayout) -> tuple:
+    """Run `body` while `cond` holds, as `jax.lax.while_loop` (one XLA `while`)."""
+    sizes = [layout.carried, layout.cond_keys, layout.cond_invariants, layout.body_keys,
+             layout.body_invariants]
+    carried, cond_keys, cond_invariants, body_keys, body_invariants = _split(arrays, sizes)
+
+    def test(state):
+        i, values = state
+        (pred,) = cond(*values, *(_fold_in(k, i) for k in cond_keys), *cond_invariants)
+        return jnp.reshape(pred, ())
+
+    def step(state):
+        i, values = state
+        out = body(*values, *(_fold_in(k, i) for k in body_keys), *body_invariants)
+        return i + 1, tuple(out)
+
+    _, carried = lax.while_loop(test, step, (jnp.int32(0), carried))
+    return tuple(carried)
