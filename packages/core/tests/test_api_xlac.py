@@ -262,6 +262,7 @@ def test_git_revisions_and_the_lazy_backend():
     done = run_python("""
         import sys, torch, torch_xla
         assert "torch_xla.lazy" not in sys.modules  # importing torch_xla loads no engine
+        assert torch_xla._XLAC._xla_metrics_report() == ""  # and counts nothing
         torch_xla._XLAC._init_xla_lazy_backend()
         torch_xla._XLAC._init_xla_lazy_backend()
         import torch_xla.debug.metrics as met

@@ -144,7 +144,7 @@ def test_a_save_keeps_the_temporary_file_of_a_live_writer(tmp_path, device):
     assert sorted(os.listdir(tmp_path)) == sorted(["ckpt", temporary])
     writer.stdin.write("\n")
     writer.stdin.flush()
-    assert writer.stdout.readline().strip() == "done" and writer.wait(timeout=30) == 0
+    assert writer.stdout.readline().strip() == "done" and writer.wait(timeout=120) == 0
     assert os.listdir(tmp_path) == ["ckpt"]  # the writer finished, and its save won
     torch.testing.assert_close(torch.load(path)["w"], torch.full((1000,), 2.0))
 

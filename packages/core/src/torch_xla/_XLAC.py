@@ -635,11 +635,18 @@ def _init_computation_client() -> None:
     client()
 
 
+_LAZY_BACKEND = {"registered": False}
+
+
 def _init_xla_lazy_backend() -> None:
     """Load the lazy engine that records the `xla` device's ops (PyTorch/XLA registers its
-    C++ lazy backend here). The engine loads on first use anyway; calling this again does
-    nothing."""
+    C++ lazy backend here, counting `RegisterXLAFunctions` once). The engine loads on first
+    use anyway; calling this again does nothing."""
     import torch_xla.lazy  # noqa: F401  (loading it installs the engine's op handler)
+
+    if not _LAZY_BACKEND["registered"]:
+        _LAZY_BACKEND["registered"] = True
+        _metrics.counter("RegisterXLAFunctions").inc()
 
 
 def _get_git_revs() -> dict[str, str]:

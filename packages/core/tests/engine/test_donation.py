@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 
+import numpy as np
 import pytest
 import torch
 
@@ -275,17 +276,27 @@ def test_scalars_and_empty_tensors_are_not_donated(device, metrics):
     assert_close(e, torch.ones(0, 3))
 
 
-def test_host_data_is_not_donated(device, metrics):
-    """Data copied from the host may alias host memory on CPU: only program results are."""
-    p = torch.ones(4, 4).to(device)
+def test_host_data_is_donated_and_the_host_memory_is_untouched(device, metrics):
+    """A copy from the host is the leaf's own (the host memory is copied before the
+    transfer), so overwriting the tensor donates it as PyTorch/XLA does; the CPU tensor,
+    and a NumPy array it shares memory with, keep their values."""
+    numbers = np.ones((4, 4), dtype=np.float32)
+    host = torch.from_numpy(numbers)  # shares the NumPy array's memory
+    p = host.to(device)
     metrics.clear_all()
     p.add_(1)
     xm.mark_step()
-    assert _donated() == [0.0]
-    p.add_(1)  # now a program's result: donated
+    assert _donated() == [1.0]
+    p.mul_(3)  # a program's result: donated too
     xm.mark_step()
-    assert _donated() == [0.0, 1.0]
-    assert_close(p, torch.full((4, 4), 3.0))
+    assert _donated() == [1.0, 1.0]
+    assert_close(p, torch.full((4, 4), 6.0))
+    assert torch.equal(host, torch.ones(4, 4)) and (numbers == 1).all()
+    q = host.to(device)  # another copy of the same memory, donated as well
+    q.sub_(1)
+    xm.mark_step()
+    assert_close(q, torch.zeros(4, 4))
+    assert torch.equal(host, torch.ones(4, 4)) and (numbers == 1).all()
 
 
 
@@ -305,7 +316,7 @@ def test_a_marked_buffer_goes_to_an_output_and_its_tensor_says_so(device, metric
     t2 = t0 + t1
     t1 += 2
     xm.mark_step()
-    assert _donated() == [1.0]  # t0's buffer; t1's is host data (see above), kept
+    assert _donated() == [2.0]  # t0's buffer, marked, and t1's, overwritten
     assert xlac._is_placecholder(t0) and not xlac._is_placecholder(t1)
     assert_close(t2, a + b)
     assert_close(t1, b + 2)

@@ -12,7 +12,7 @@ import warnings
 
 import torch
 
-from torch_xla import _corrected_decompositions, _metrics
+from torch_xla import _corrected_decompositions
 from torch_xla.backend import (
     accelerator,
     autocast,
@@ -69,7 +69,6 @@ def register() -> None:
     torch._C._acc.register_python_privateuseone_hook(_Hooks())
     torch._C._acc.register_python_privateuseone_device_guard(_Guard())
     _library = torch.library.Library("aten", "IMPL")
-    _metrics.counter("RegisterXLAFunctions").inc()  # PyTorch/XLA's count: once a process
     with warnings.catch_warnings():  # replacing some of torch's kernels is the point
         warnings.filterwarnings("ignore", "Warning only once for all operators")
         factories.register(_library)

@@ -36,15 +36,19 @@ def target_device(device: Any) -> int:
     return index
 
 
-def data(array, dtype: torch.dtype, device: int) -> ir.Data:
-    return ir.Data(array, (tuple(array.shape), dtype), device)
+def data(array, dtype: torch.dtype, device: int, owned: bool = False) -> ir.Data:
+    """A leaf holding `array`; `owned`: no other leaf holds it (a fresh copy), so a
+    program may take its buffer over (`ir.Data`)."""
+    return ir.Data(array, (tuple(array.shape), dtype), device, owned=owned)
 
 
 def host_data(t: torch.Tensor, device: int) -> ir.Data:
-    """A CPU tensor copied to `device` (a 0-dim one through the scalar cache)."""
+    """A CPU tensor copied to `device` (a 0-dim one through the scalar cache). The copy
+    is the leaf's own (`transfer.to_device` copies the host memory first), so a sync
+    that overwrites the tensor may donate its buffer."""
     if t.dim() == 0:
         return scalar_data(t, device)
-    return data(transfer.to_device(t, device), t.dtype, device)
+    return data(transfer.to_device(t, device), t.dtype, device, owned=True)
 
 
 def from_host(t: torch.Tensor, device: int) -> XLATensor:
