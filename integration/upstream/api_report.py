@@ -57,9 +57,8 @@ REASONS: dict[str | tuple[str, str], str] = {
     "torch_xla.experimental.gradient_accumulation": "upstream's helper that builds the While "
     "loop with its C++ XLA builder; here the loop is a jax `fori_loop` (lazy/loop.py)",
     "torch_xla.core.xla_builder": "the callable wrappers behind upstream's `call_jax`, which "
-    "lowers the JAX function to HLO and calls it as a separate computation (with placeholder "
-    "tensors for its parameters); here `call_jax` inlines the JAX function into the step's "
-    "program, so none is needed",
+    "lowers the JAX function to HLO and calls it as a separate computation; here `call_jax` "
+    "inlines the JAX function into the step's program, so none is needed",
     ("torch_xla.experimental.assume_pure", "make_fake_inputs"): "internals of upstream's "
     "`assume_pure_torch` (placeholder tensors of its C++ lowering context); here "
     "`torch_xla.lazy.region` records over placeholders",

@@ -380,3 +380,22 @@ def test_full_mat_mul_precision_switch_of_older_releases():
         assert policy.matmul_precision == "default"
     finally:
         xlac._xla_set_mat_mul_precision(before)
+
+
+def test_set_allow_execution_false_makes_any_graph_run_raise(device):
+    """PyTorch/XLA's switch: while execution is disallowed, a graph about to run raises
+    (data already on the device still reads, a copy is no execution); allowing it again
+    computes the same pending value."""
+    x = torch.ones(2, device=device) * 3
+    stored = torch.arange(3.0).to(device)
+    xlac._set_allow_execution(False)
+    try:
+        with pytest.raises(RuntimeError, match="Unexpected execution happens inside the "
+                                               "compiled function"):
+            x.cpu()
+        with pytest.raises(RuntimeError, match="Unexpected execution"):
+            torch_xla.sync()
+        assert stored.cpu().tolist() == [0.0, 1.0, 2.0]
+    finally:
+        xlac._set_allow_execution(True)
+    assert x.cpu().tolist() == [3.0, 3.0]

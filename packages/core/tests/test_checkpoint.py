@@ -5,6 +5,9 @@ optimization barrier, and random ops replay the forward's numbers."""
 from __future__ import annotations
 
 import copy
+import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -195,3 +198,34 @@ def test_non_reentrant_works_with_autograd_grad(device):
     out = checkpoint(xla, x.to(device), use_reentrant=False)
     got = torch.autograd.grad(out.sum(), [xla[0].weight])[0]
     torch.testing.assert_close(got.cpu(), want, **TOLERANCE)
+
+
+EXIT_WHILE_RUNNING = """
+import atexit, sys, torch, torch_xla.core.xla_model as xm
+from torch_xla.lazy import graph
+from torch_xla.utils.checkpoint import checkpoint
+if sys.argv[-1] == "no-drain":
+    atexit.unregister(graph._drain_at_exit)
+device = xm.xla_device()
+layers = torch.nn.ModuleList([torch.nn.Sequential(
+    torch.nn.Conv2d(1024, 1024, 1), torch.nn.ReLU(), torch.nn.Conv2d(1024, 1024, 1),
+    torch.nn.ReLU()) for _ in range(2)]).to(device)
+optimizer = torch.optim.SGD(layers.parameters(), lr=0.0)
+for step in range(3):
+    optimizer.zero_grad()
+    x = layers[0](torch.zeros(64, 1024, 14, 14, device=device))
+    x = checkpoint(layers[1], x, use_reentrant=True)
+    x.sum().backward()
+    optimizer.step()
+    xm.mark_step()  # queued: the script ends while the device still runs
+print("done", flush=True)
+"""
+
+
+def test_a_script_ending_while_programs_run_exits_cleanly():
+    """The last steps still run when the interpreter exits; tearing the runtime down under
+    them aborted the process (exit code 134). Exit waits for them now."""
+    done = subprocess.run([sys.executable, "-c", EXIT_WHILE_RUNNING], capture_output=True,
+                          text=True, timeout=600, env={**os.environ, "PJRT_DEVICE": "CPU"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "done"

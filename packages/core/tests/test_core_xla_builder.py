@@ -183,3 +183,25 @@ def test_mistakes_get_clear_errors():
                                                          f=lambda: 0)
     with pytest.raises(RuntimeError, match="not an XLA tensor"):
         xor.register("cpu_input", lambda x: x)(torch.ones(2))
+
+
+def test_placeholder_tensors_trace_graphs_without_data():
+    """`create_placeholder_tensor`: a shape and dtype on the device, no value; a graph over
+    placeholders lowers with them as parameters, and nothing is copied to the device."""
+    import torch_xla.debug.metrics as met
+
+    met.clear_all()
+    p1 = xb.create_placeholder_tensor((2, 3), torch.bfloat16)
+    p2 = xb.create_placeholder_tensor((3, 4), torch.bfloat16)
+    assert p1.device == torch_xla.device() and p1.dtype == torch.bfloat16
+    assert p1.shape == (2, 3) and torch_xla._XLAC._is_placeholder(p1)
+    h1, h2 = torch_xla._XLAC._get_tensors_handle([p1, p2])
+    assert h1 != h2
+    b = (torch.sin(p1) @ p2) @ p2.T
+    assert torch_xla._XLAC._get_xla_tensors_text([b]).count("xla::device_data()") == 2
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([b])
+    assert "(bf16[3,4]{1,0}, bf16[2,3]{1,0})->bf16[2,3]{1,0}" in hlo.splitlines()[0]
+    assert not met.metric_data("TransferToDeviceTime")
+    with pytest.raises(RuntimeError, match="placeholder tensor .* has no value"):
+        p1.cpu()
+    del b  # a pending value over a placeholder cannot be synced

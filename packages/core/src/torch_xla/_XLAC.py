@@ -575,6 +575,9 @@ def _is_placecholder(tensor: Any) -> bool:
     return node.rule is None and (isinstance(node, ir.NoBuffer) or node.array.is_deleted())
 
 
+_is_placeholder = _is_placecholder  # PyTorch/XLA's later, corrected spelling
+
+
 def _clear_pending_irs(device: str = _DEFAULT_DEVICE) -> None:
     """Drop the pending computations of every live tensor on `device` without running
     them: those tensors keep their shape and dtype but have no value (reading one raises
@@ -633,6 +636,15 @@ def _init_computation_client() -> None:
     from torch_xla.pjrt.client import client
 
     client()
+
+
+def _set_allow_execution(allow: bool) -> None:
+    """Allow (True, the default) or forbid graph execution: while forbidden, a graph about
+    to run raises RuntimeError ("Unexpected execution happens inside the compiled
+    function"), e.g. to prove a traced region reads no value on the host."""
+    from torch_xla.lazy import graph
+
+    graph.set_allow_execution(allow)
 
 
 _LAZY_BACKEND = {"registered": False}
@@ -766,7 +778,7 @@ def _from_dlpack(external: Any) -> Any:
 
 def _get_tensors_handle(tensors: list) -> list[int]:
     """A handle per tensor naming its device buffer (equal for tensors on one buffer)."""
-    from torch_xla.lazy import functional, graph
+    from torch_xla.lazy import functional, graph, nodes
 
     handles = []
     for t in tensors:
@@ -774,6 +786,9 @@ def _get_tensors_handle(tensors: list) -> list[int]:
         if node.rule is not None:
             raise RuntimeError("_get_tensors_handle: a tensor's value is still pending, so it "
                                "has no device buffer yet; sync it first (torch_xla.sync()).")
+        if isinstance(node, nodes.Placeholder):  # a parameter to trace with: its own name
+            handles.append(id(node))
+            continue
         graph.check_not_donated([node])
         if node.array.is_deleted():
             raise RuntimeError("_get_tensors_handle: the tensor's device buffer is deleted.")
@@ -875,11 +890,13 @@ def _lowered(tensors: list) -> Any:
     is lowered as the replicated program of as many replicas as they name."""
     import jax
 
-    from torch_xla.lazy import compiler, manual, replicas
+    from torch_xla.lazy import compiler, dtype_policy, ir, manual, replicas
 
     order, position, leaves, values = _pending_graph(tensors)
     fn = compiler.graph_function(order, position, leaves, values)
-    args = [leaf.array for leaf in leaves]
+    # a leaf without a value (a placeholder to trace with) lowers from its shape alone
+    args = [jax.ShapeDtypeStruct(leaf.avals[0][0], dtype_policy.STORAGE[leaf.avals[0][1]])
+            if isinstance(leaf, ir.NoBuffer) else leaf.array for leaf in leaves]
     world = _collective_world(order)
     if world is None:
         with manual.partitioner(order):

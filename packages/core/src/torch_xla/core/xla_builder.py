@@ -59,7 +59,9 @@ from typing import Any
 import jax
 import torch
 
-from torch_xla.lazy import dtype_policy, dump, jax_call
+import torch_xla
+from torch_xla.lazy import dtype_policy, dump, functional, jax_call, nodes
+from torch_xla.lazy.tensor import XLATensor
 from torch_xla.lowering import dtypes, xla_ops
 from torch_xla.utils import utils as xu
 
@@ -625,6 +627,15 @@ def tensor_shape(tensor: Any, device: str = "") -> Shape | list[Shape]:
     stored = (dtype_policy.storage(tensor.dtype) if tensor.device.type == "xla"
               else dtypes.to_jax(tensor.dtype))
     return Shape.create(xla_ops.type_name(stored), tensor.shape)
+
+
+def create_placeholder_tensor(shape: Sequence[int], dtype: torch.dtype) -> torch.Tensor:
+    """An XLA tensor of `shape` and `dtype` on the default device with no value: ops on it
+    trace a graph whose parameter it is (nothing is copied to the device); reading it
+    raises RuntimeError."""
+    device = torch_xla.device()
+    node = nodes.Placeholder((tuple(int(d) for d in shape), dtype), device.index or 0)
+    return functional.wrap(XLATensor(node))
 
 
 def create_computation(name: str, fn: Callable, shapes: Sequence[Shape], **kwargs) -> Computation:

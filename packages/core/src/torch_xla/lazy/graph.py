@@ -36,6 +36,7 @@ A leaf both marked and updated in place is donated once.
 
 from __future__ import annotations
 
+import atexit
 import os
 import sys
 import threading
@@ -257,6 +258,19 @@ def compute_pending(data: Any) -> None:
     ])
 
 
+def _drain_at_exit() -> None:
+    """Wait for the programs still running when the interpreter exits: tearing the runtime
+    down under a running execution aborts the process (`terminate called ...`, exit code
+    134) after a script's last `mark_step`. PyTorch/XLA waits at exit too."""
+    try:
+        wait_device_ops()
+    except Exception as error:  # noqa: BLE001 - an exit must not fail on a failed program
+        print(f"torch_xla: a program still running at exit failed: {error}", file=sys.stderr)
+
+
+atexit.register(_drain_at_exit)  # after jax's own handlers: runs before them
+
+
 def wait_device_ops() -> None:
     for results in list(_in_flight.values()):
         for array in results:
@@ -328,6 +342,14 @@ def _run(device: int, tensors: list[XLATensor], op_by_op: bool = False,
         t._set(datas[j])
 
 
+# PyTorch/XLA's `_set_allow_execution`: while False, any graph about to run raises.
+_EXECUTION = {"allowed": True}
+
+
+def set_allow_execution(allow: bool) -> None:
+    _EXECUTION["allowed"] = bool(allow)
+
+
 def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False,
             synced: list[XLATensor] | None = None, step: bool = True) -> list[ir.Data]:
     """Compile (or find) the graph computing `values` and run it; its results as data.
@@ -337,6 +359,12 @@ def execute(device: int, values: list[tuple[ir.Node, int]], eager: bool = False,
     right after), which lets the graph take over buffers nothing else can read (donation);
     `step` False leaves those alone (user-marked donors only, under `set_donor_config`).
     In SPMD mode the inputs are global arrays and their layouts are part of the key."""
+    if not _EXECUTION["allowed"]:
+        raise RuntimeError(
+            "Unexpected execution happens inside the compiled function, exiting: a graph "
+            "was about to run while execution is disallowed (_set_allow_execution(False)). "
+            "Something read a pending value on the host (.item(), .cpu(), print, a Python "
+            "branch on a tensor) or ran an op on the CPU.")
     roots = tuple([(n.hash, i) for n, i in values])
     order, position, leaves, plan = plans.walked(roots, values, walk)
     laid_out = spmd.enabled()

@@ -42,6 +42,22 @@ def data(array, dtype: torch.dtype, device: int, owned: bool = False) -> ir.Data
     return ir.Data(array, (tuple(array.shape), dtype), device, owned=owned)
 
 
+class Placeholder(ir.NoBuffer):
+    """A leaf the user made to trace with (`xb.create_placeholder_tensor`): a shape and a
+    dtype, no value; a graph reading it becomes a program parameter."""
+
+    __slots__ = ()
+
+    def __init__(self, aval: ir.Aval, device: int) -> None:
+        super().__init__("xla::device_data", aval, device)
+
+    def missing(self) -> Exception:
+        return RuntimeError(
+            "A placeholder tensor (xb.create_placeholder_tensor) has no value to read: it "
+            "stands for a program parameter while a graph is traced. Read the results of a "
+            "program that received real data instead.")
+
+
 def host_data(t: torch.Tensor, device: int) -> ir.Data:
     """A CPU tensor copied to `device` (a 0-dim one through the scalar cache). The copy
     is the leaf's own (`transfer.to_device` copies the host memory first), so a sync
