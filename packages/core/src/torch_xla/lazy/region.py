@@ -162,7 +162,7 @@ class Recording:
             # the user tensors may hold views' bases alive: drop them before the escape check
             del grads, outputs, wrappers, cotangents
             self.backward = self._trace(present, placeholders + cot_placeholders,
-                                        self._seed_of(placeholders))
+                                        self._seed_of(placeholders), checked=False)
 
     def pullback(self, tensors: list[torch.Tensor], cotangents: list[torch.Tensor]) -> list:
         """The gradient of each argument (None where it has none), given the cotangents of
@@ -224,14 +224,22 @@ class Recording:
         return placeholders[len(self.avals) - 1] if self.seeded else None
 
     def _trace(self, outputs: list[XLATensor], placeholders: list,
-               seed: PureInput | None) -> Traced:
-        """`outputs` (computed over `placeholders`) as a JAX function; forgets them."""
+               seed: PureInput | None, checked: bool = True) -> Traced:
+        """`outputs` (computed over `placeholders`) as a JAX function; forgets them.
+        `checked`: fail if the function kept a tensor computed from the placeholders
+        elsewhere; the backward's recording is not checked (the forward's recording
+        already checked the function, and what autograd keeps of a recording, such as the
+        base of a returned view, is its own, not the function's): it is discarded."""
         values = [t.value for t in outputs]
         order, position, leaves, _ = graph.walk(values)
         _check_replayable(self.name, order, seed)
         constants = [n for n in leaves if type(n) is not PureInput]
         fn = compiler.graph_function(order, position, [*placeholders, *constants], values)
-        _forget(self.name, outputs)
+        if checked:
+            _forget(self.name, outputs)
+        else:
+            loop.forget_results(outputs, PureInput)
+            loop.discard_recorded(PureInput)
         return Traced(fn, [XLATensor(n) for n in constants])
 
 
