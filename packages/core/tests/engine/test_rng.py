@@ -65,3 +65,30 @@ def test_get_and_set_rng_state(device):
     b = torch.rand(10, device=device)
     torch_xla.sync()
     assert torch.equal(a.cpu(), b.cpu())
+
+
+BAD_BOUNDS = {
+    "random_ from >= to": (torch.float32, lambda t: t.random_(3, 1)),
+    "random_ beyond float16": (torch.float16, lambda t: t.random_(3, 65_504 + 2)),
+    "random_ beyond int8": (torch.int8, lambda t: t.random_(0, 300)),
+    "uniform_ from > to": (torch.float32, lambda t: t.uniform_(5.0, 2.0)),
+}
+
+
+@pytest.mark.parametrize("dtype,op", BAD_BOUNDS.values(), ids=BAD_BOUNDS.keys())
+def test_bad_random_bounds_raise_the_cpus_error_at_once(dtype, op):
+    """Meta kernels check no bounds, so these used to sample silently; CPU torch refuses
+    them, and so do we, with its message, when the op is called."""
+    with pytest.raises(RuntimeError) as cpu:
+        op(torch.empty(10, dtype=dtype))
+    with pytest.raises(RuntimeError) as ours:
+        op(torch.empty(10, dtype=dtype, device=torch_xla.device()))
+    assert str(ours.value) == str(cpu.value)
+
+
+def test_good_random_bounds_sample_within_them():
+    t = torch.empty(1000, device=torch_xla.device())
+    low = t.random_(2, 5).cpu()
+    assert low.min() >= 2 and low.max() <= 4
+    uniform = t.uniform_(-1.0, 3.0).cpu()
+    assert uniform.min() >= -1.0 and uniform.max() < 3.0

@@ -105,6 +105,19 @@ def _nll_loss(func, args, kwargs):
     return dispatch.record(func, lowering.lookup(func), args, kwargs)
 
 
+@special(aten.uniform.default, aten.random.to, getattr(aten.random, "from"))
+def _checked_random_bounds(func, args, kwargs):
+    """`uniform_(a, b)` and `random_(from, to)` refuse bounds as CPU torch does (`from`
+    >= `to`, a bound the dtype cannot hold): the CPU's kernel checks them on an empty
+    tensor of the same dtype, which costs no sampling, and raises its own error. Meta
+    kernels, which the engine records with, check nothing."""
+    probe = torch.empty(0, dtype=args[0].dtype)
+    bounds = {k: v for k, v in kwargs.items() if k != "generator"}
+    sample = probe.uniform_ if func is aten.uniform.default else probe.random_
+    sample(*args[1:], **bounds)
+    return dispatch.record(func, lowering.lookup(func), tuple(args), kwargs)
+
+
 @special(aten._embedding_bag_backward.default)
 def _embedding_bag_backward(func, args, kwargs):
     """XLA tensors are dense: `embedding_bag(..., sparse=True)` gets the dense gradient,
