@@ -275,6 +275,23 @@ def test_graph_break_runs_both_graphs(device, metrics):
     assert counter(metrics, "DynamoExtractCompiledGraph") == 2
 
 
+def test_a_graph_break_before_the_first_graph_runs_the_op_eagerly():
+    """An op without a meta kernel breaks dynamo's graph and runs eagerly with dynamo's
+    frame callback still set. When it came before any graph was compiled (so before
+    the bridge was imported), dynamo traced the engine's own frames as user code and
+    failed inside jaxlib with a TypeError; the engine's frames are skipped from its
+    first op on. `torch._foobar` is ATen's test op (a copy) and has no meta kernel."""
+    out = run_python("""
+        import torch, torch_xla
+        def fn(t):
+            return torch._foobar(t) * 2
+        t = torch.randn(5)
+        got = torch.compile(fn, backend="openxla")(t.to("xla"))
+        print("equal", torch.allclose(got.cpu(), fn(t)))
+    """)
+    assert "equal True" in out, out
+
+
 @pytest.mark.parametrize("backend", ["openxla", "openxla_eval"])
 def test_mutated_input_is_written_back(device, backend):
     def fn(a, b):

@@ -58,12 +58,6 @@ from torch_xla.lazy.tensor import XLATensor
 from torch_xla.pjrt import spmd
 from torch_xla.pjrt.client import client
 
-# Packages whose frames dynamo must never trace: the engine runs eagerly under a compiled
-# function (the backward after a graph break, an op between two graphs), and dynamo would
-# otherwise compile its Python frames as user code (and jax's, which it does not skip).
-ENGINE_PACKAGES = ("torch_xla._dynamo", "torch_xla._metrics", "torch_xla.backend",
-                   "torch_xla.lazy", "torch_xla.lowering", "torch_xla.pjrt", "jax", "jaxlib")
-
 _SEED = object()  # a program input fed with a fresh RNG seed on every call
 
 
@@ -609,14 +603,6 @@ def extract_compiled_graph(xla_model: torch.fx.GraphModule, xla_args: Sequence[A
     compiled = function.compile_for(xla_args)
     # Without numbers there is one signature: dynamo's guards already fix every shape.
     return function if function.specializes else compiled
-
-
-def _skip_engine_frames() -> None:
-    for name in ENGINE_PACKAGES:
-        torch._dynamo.trace_rules.add(name)
-
-
-_skip_engine_frames()
 
 
 class GraphInputMatcher:

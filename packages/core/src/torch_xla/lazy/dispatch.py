@@ -531,11 +531,24 @@ _LOADED_BY_TORCH_ON_FIRST_OP = (
 )
 
 
+# Packages whose frames dynamo must never trace. The engine runs eagerly under a compiled
+# function (an op that breaks dynamo's graph, the backward after a break, an op between
+# two graphs) while dynamo's frame callback is still set, and dynamo would compile its
+# Python frames as user code (and jax's, which it does not skip either). Registered with
+# the engine's first load, not by the dynamo bridge: a break before the first compiled
+# graph comes before torch imports the bridge.
+_NEVER_TRACED_BY_DYNAMO = ("torch_xla._dynamo", "torch_xla._metrics", "torch_xla.backend",
+                           "torch_xla.lazy", "torch_xla.lowering", "torch_xla.pjrt",
+                           "jax", "jaxlib")
+
+
 def _load_torch_modules() -> None:
     for name in _LOADED_BY_TORCH_ON_FIRST_OP:
         if name.startswith("torch.distributed") and not torch.distributed.is_available():
             continue
         importlib.import_module(name)
+    for name in _NEVER_TRACED_BY_DYNAMO:
+        torch._dynamo.trace_rules.add(name)
 
 
 _load_torch_modules()
