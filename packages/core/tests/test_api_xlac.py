@@ -399,3 +399,25 @@ def test_set_allow_execution_false_makes_any_graph_run_raise(device):
     finally:
         xlac._set_allow_execution(True)
     assert x.cpu().tolist() == [3.0, 3.0]
+
+
+def test_dot_general_contracts_and_batches_as_xla_does(device):
+    a, b = torch.randn(3, 4, 5), torch.randn(3, 5, 2)
+    batched = xlac._xla_dot_general(a.to(device), b.to(device), (([2], [1]), ([0], [0])))
+    torch.testing.assert_close(batched.cpu(), torch.bmm(a, b))
+    t, w = torch.ones(2, 1), torch.ones(1, 2)
+    t_xla = t.to(device)
+    t_xla[0][0] = 0  # an in-place update pending under the op, as upstream's test does
+    t[0][0] = 0
+    product = xlac._xla_dot_general(t_xla, w.to(device), (([1], [0]), ()))
+    torch.testing.assert_close(product.cpu(), t @ w)
+    i, j = torch.randint(-9, 9, (2, 3), dtype=torch.int8), torch.randint(-9, 9, (3,),
+                                                                       dtype=torch.int8)
+    wide = xlac._xla_dot_general(i.to(device), j.to(device), (([1], [0]), ()),
+                                 preferred_element_type=torch.int32)
+    assert wide.dtype == torch.int32
+    torch.testing.assert_close(wide.cpu(), i.int() @ j.int())
+    with pytest.raises(ValueError, match=r"dimension numbers .* are not"):
+        xlac._xla_dot_general(t_xla, w.to(device), ([1], [0]))
+    with pytest.raises(ValueError, match="precision_config 'fast'"):
+        xlac._xla_dot_general(t_xla, w.to(device), (([1], [0]), ()), precision_config="fast")

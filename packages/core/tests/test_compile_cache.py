@@ -279,3 +279,53 @@ def test_a_folder_that_vanishes_or_fills_up_is_one_warning(tmp_path, how):
 def test_a_folder_that_refuses_writes_even_to_root_is_one_warning():
     (warning,) = compile_three_graphs("/sys/kernel")["warnings"]
     assert "cannot write the compilation cache /sys/kernel (PermissionError" in warning
+
+
+CLEAR = """
+import json, os, sys
+import torch, torch_xla
+import torch_xla.runtime as xr
+import torch_xla.debug.metrics as met
+
+folder, readonly = sys.argv[1], sys.argv[2] == "readonly"
+if readonly:  # filled by an earlier writable run
+    xr.initialize_cache(folder, readonly=True)
+else:
+    xr.initialize_cache(folder)
+x = torch.arange(6.0).to("xla")
+values = [(x * 2).sum().item(), (x + 1).sum().item()]
+before = xr.get_num_cached_compilation_graph()
+xr.clear_computation_cache()
+after = xr.get_num_cached_compilation_graph()
+files = sorted(os.listdir(folder))
+compiles = met.counter_value("UncachedCompile")
+values.append((x * 2).sum().item())  # compiled again
+print(json.dumps({"before": before, "after": after, "files": files, "values": values,
+                  "recompiled": met.counter_value("UncachedCompile") - compiles}))
+"""
+
+
+def clear_in_process(folder, mode: str = "") -> dict:
+    result = forked_python.run(["-c", CLEAR, str(folder), mode],
+                               env={**os.environ, "PJRT_DEVICE": "CPU"}, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_clear_computation_cache_drops_programs_in_memory_and_on_disk(tmp_path):
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("not an entry")  # not the cache's: kept
+    outcome = clear_in_process(folder)
+    assert outcome["before"] >= 2 and outcome["after"] == 0
+    assert outcome["files"] == ["notes.txt"]
+    assert outcome["values"] == [30.0, 21.0, 30.0] and outcome["recompiled"] == 1
+
+
+def test_clear_computation_cache_leaves_a_read_only_cache_on_disk(tmp_path):
+    folder = tmp_path / "cache"
+    train(folder)  # a writable run fills it
+    entries = sorted(os.listdir(folder))
+    assert entries
+    outcome = clear_in_process(folder, "readonly")
+    assert outcome["after"] == 0 and outcome["files"] == entries

@@ -614,6 +614,39 @@ def _xla_get_num_cached_compilation_graph() -> int:
     return len(compiler.cache())
 
 
+def _xla_dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
+                     precision_config: str | None = None,
+                     preferred_element_type: Any = None) -> Any:
+    """XLA's DotGeneral of two XLA tensors, recorded as one node of the graph.
+
+    `dimension_numbers` is `((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))`,
+    the batch pair may be `()`; `precision_config` is None or jax's precision name
+    ('default', 'high', 'highest'); `preferred_element_type` the result's torch dtype."""
+    from torch_xla.lazy import jax_call
+    from torch_xla.lowering import dtypes, xla_ops
+
+    if precision_config is not None and str(precision_config).lower() not in (
+            "default", "high", "highest"):
+        raise ValueError(f"_xla_dot_general: precision_config {precision_config!r} is not one "
+                         "of 'default', 'high', 'highest'")
+    options = {
+        "dimension_numbers": xla_ops.dot_dimension_numbers(dimension_numbers),
+        "precision_config": None if precision_config is None else str(precision_config).upper(),
+        "preferred_element_type": (None if preferred_element_type is None
+                                   else dtypes.to_jax(preferred_element_type)),
+    }
+    return jax_call.call(xla_ops.dot_general, (lhs, rhs), options, name="dot_general")
+
+
+def _xla_computation_cache_clear() -> None:
+    """Drop the compiled programs of the in-memory cache and the persistent cache's entries."""
+    from torch_xla.lazy import compiler
+    from torch_xla.pjrt import cache
+
+    compiler.cache().clear()
+    cache.clear()
+
+
 # --- inspecting pending graphs ---------------------------------------------------------------
 
 

@@ -135,6 +135,15 @@ def get_num_cached_compilation_graph() -> int:
     return torch_xla._XLAC._xla_get_num_cached_compilation_graph()
 
 
+def clear_computation_cache() -> None:
+    """Drop every compiled program this process keeps: the in-memory cache (so
+    `get_num_cached_compilation_graph()` is 0 after it) and the entries of the persistent
+    cache that `initialize_cache` set up (a read-only one is left as it is). The next
+    sync of a graph compiles it again. A function compiled by `torch.compile` keeps the
+    programs it holds until it is itself dropped (`torch._dynamo.reset()`)."""
+    torch_xla._XLAC._xla_computation_cache_clear()
+
+
 def global_runtime_device_count() -> int:
     """Runtime devices of the whole job: in SPMD mode the devices behind the virtual one."""
     return len(torch_xla._XLAC._xla_get_all_runtime_devices())

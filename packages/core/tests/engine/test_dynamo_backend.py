@@ -436,6 +436,20 @@ def test_op_without_lowering_runs_between_compiled_parts(device, metrics):
     assert samples(metrics, "ExecuteTime") == runs + 2  # the two compiled parts
 
 
+@pytest.mark.parametrize("kind", [list, tuple])
+def test_none_remover_takes_nones_out_and_puts_them_back(kind):
+    from torch_xla._dynamo.dynamo_bridge import NoneRemover
+
+    remover = NoneRemover()
+    original = kind([None, "a", None, "b", None])
+    stripped = remover.remove_nones(original)
+    assert stripped == kind(["a", "b"]) and remover.none_poslist == [0, 2, 4]
+    assert (stripped is original) == (kind is list)  # a list is changed in place
+    restored = remover.add_nones(stripped)
+    assert restored == kind([None, "a", None, "b", None])
+    assert (restored is stripped) == (kind is list)
+
+
 def test_bridge_module_names(device):
     import torch_xla._dynamo.config as config
     import torch_xla.core.dynamo_bridge as bridge

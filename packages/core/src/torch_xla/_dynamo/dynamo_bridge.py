@@ -628,6 +628,32 @@ class GraphInputMatcher:
                 for i, value in zip(self.arg_idxs, self.graph_input_xla_values, strict=True)]
 
 
+class NoneRemover:
+    """Takes the Nones out of a graph's results and puts them back (PyTorch/XLA's helper):
+    `remove_nones` notes their positions in `none_poslist`, `add_nones` reinserts them.
+    A list is changed in place (and returned); a tuple gives a new tuple."""
+
+    def __init__(self) -> None:
+        self.none_poslist: list[int] = []
+
+    def remove_nones(self, value: list | tuple) -> list | tuple:
+        self.none_poslist = [i for i, v in enumerate(value) if v is None]
+        kept = [v for v in value if v is not None]
+        if isinstance(value, list):
+            value[:] = kept
+            return value
+        return tuple(kept)
+
+    def add_nones(self, value: list | tuple) -> list | tuple:
+        full = list(value)
+        for i in self.none_poslist:
+            full.insert(i, None)
+        if isinstance(value, list):
+            value[:] = full
+            return value
+        return tuple(full)
+
+
 # --- PyTorch/XLA's cached-graph entry points (torch_xla._XLAC) ----------------------------
 #
 # Its bridge is written against these: a graph is named by a hash of the pending values

@@ -22,7 +22,7 @@ __all__ = ["set_mat_mul_precision", "get_mat_mul_precision"]
 PRECISIONS: Final = tuple(policy.MATMUL_PRECISIONS)
 MatMulPrecision = Literal["default", "high", "highest"]
 
-_WARNING: Final = (
+_WARNING_MESSAGE: Final = (
     "Setting the mat mul precision more than once is not recommended: graphs compiled "
     "before compile again with the new precision. If you need to, check that each setting "
     "behaves as expected."
@@ -40,7 +40,7 @@ def set_mat_mul_precision(precision: MatMulPrecision) -> None:
         raise ValueError(
             f"Invalid precision: {precision!r}. Must be one of {', '.join(PRECISIONS)}."
         )
-    logger.warning(_WARNING)
+    logger.warning(_WARNING_MESSAGE)
     policy.set_matmul_precision(precision)
 
 

@@ -215,6 +215,32 @@ def _triangular_solve(a, b, left_side=None, lower=None, unit_diagonal=None, tran
                                        transpose_a=bool(transpose_a))
 
 
+def dot_dimension_numbers(numbers: Any) -> tuple:
+    """XLA's DotGeneral dimension numbers, `((lhs_contracting, rhs_contracting),
+    (lhs_batch, rhs_batch))` with an empty batch pair allowed as `()`, as jax's nested
+    tuples of ints; a clear error for anything else."""
+    try:
+        contracting, batch = numbers
+        batch = batch if len(batch) else ((), ())
+        (lc, rc), (lb, rb) = contracting, batch
+        return ((tuple(map(int, lc)), tuple(map(int, rc))),
+                (tuple(map(int, lb)), tuple(map(int, rb))))
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"dot_general: dimension numbers {numbers!r} are not ((lhs_contracting, "
+            "rhs_contracting), (lhs_batch, rhs_batch)) with lists of dimensions, e.g. "
+            "(([1], [0]), ()) for a matrix product") from None
+
+
+def dot_general(lhs, rhs, dimension_numbers, precision_config=None,
+                preferred_element_type=None):
+    """XLA's DotGeneral; `precision_config` names jax's precision ('default', 'high',
+    'highest')."""
+    return lax.dot_general(lhs, rhs, dot_dimension_numbers(dimension_numbers),
+                           precision=precision_config,
+                           preferred_element_type=preferred_element_type)
+
+
 _UNARY: dict[str, Callable] = {
     "Neg": lax.neg, "Not": _not, "Abs": lax.abs, "Sign": lax.sign,
     "Acos": lax.acos, "Asin": lax.asin, "Atan": lax.atan, "Ceil": lax.ceil, "Cos": lax.cos,
@@ -237,6 +263,7 @@ OPS: dict[str, Callable] = {
     **{name: _binary(fn) for name, fn in _BINARY.items()},
     "ShiftRight": _shift_right,
     "Dot": lambda a, b: lax.dot(a, b),
+    "DotGeneral": dot_general,
     "Reshape": _reshape,
     "Broadcast": lambda x, sizes: lax.broadcast(x, tuple(sizes)),
     "BroadcastInDim": lambda x, sizes, dimensions: lax.broadcast_in_dim(

@@ -22,6 +22,7 @@ import dataclasses
 import hashlib
 import os
 import pickle
+import re
 import struct
 import threading
 import warnings
@@ -107,6 +108,27 @@ def store(key: str, compiled: Any) -> None:
         _stop_writing(error)
 
 
+def clear() -> int:
+    """Delete this cache's entries from its folder (not a read-only one, which other runs
+    may share, and no other file); the number deleted."""
+    config = _config
+    if config is None or config.readonly:
+        return 0
+    try:
+        names = os.listdir(config.path)
+    except FileNotFoundError:
+        return 0
+    deleted = 0
+    for name in names:
+        if _ENTRY_NAME.fullmatch(name):
+            try:
+                os.unlink(os.path.join(config.path, name))
+                deleted += 1
+            except FileNotFoundError:  # another process cleared it first
+                pass
+    return deleted
+
+
 def encode(key: str, payload: bytes) -> bytes:
     """An entry's bytes: header, key and payload."""
     key_bytes = key.encode()
@@ -137,6 +159,9 @@ def _salted(key: str) -> str:
 def _entry_path(key: str) -> str:
     assert _config is not None
     return os.path.join(_config.path, hashlib.sha256(_salted(key).encode()).hexdigest() + ".xla")
+
+
+_ENTRY_NAME = re.compile(r"[0-9a-f]{64}\.xla")  # the names `_entry_path` gives
 
 
 def _ignore_entry(path: str, reason: str) -> None:
