@@ -93,9 +93,35 @@ def test_carried_tensors_are_threaded_through_the_steps(device):
         return LOSS_FN(out, y), acc * 0.5 + out.detach().sum(0)
 
     loss, carried = gradient_accumulation(
-        step, (data.to(device), target.to(device)), xla, (torch.zeros(3, device=device),))
+        step, (data.to(device), target.to(device)), xla, torch.zeros(3, device=device))
     torch.testing.assert_close(carried.cpu(), total, **TOLERANCE)
     _assert_same_grads(xla, cpu)
+
+
+def test_carried_tensors_are_passed_unpacked(device):
+    """PyTorch/XLA's signature: `gradient_accumulation(step, iterables, model, *carried)`."""
+    model = torch.nn.Linear(3, 1).to(device)
+
+    def step(x, count, total):
+        loss = model(x).sum()
+        return loss, count + 1, total + loss.detach()
+
+    data = torch.randn(4, 2, 3)
+    loss, count, total = gradient_accumulation(
+        step, (data.to(device),), model, torch.tensor(0, device=device),
+        torch.zeros((), device=device))
+    assert count.cpu().item() == 4
+    assert count.dtype == torch.int64
+    cpu = copy.deepcopy(model).cpu()
+    torch.testing.assert_close(total.cpu(), cpu(data).sum(), **TOLERANCE)
+    torch.testing.assert_close(loss.cpu(), cpu(data).sum() / 4, **TOLERANCE)
+
+
+def test_carried_tensors_in_a_tuple_are_refused(device):
+    model = torch.nn.Linear(3, 1).to(device)
+    with pytest.raises(TypeError, match=r"unpacked after the model.*\*carried"):
+        gradient_accumulation(lambda x, c: (model(x).sum(), c), (torch.ones(2, 3).to(device),),
+                              model, (torch.zeros(3, device=device),))
 
 
 def test_checkpointed_layers_inside_the_loop(device):
@@ -170,7 +196,7 @@ def test_dropout_draws_new_numbers_at_every_step(device):
         return out.sum(), kept + (out != 0).float()
 
     _, kept = gradient_accumulation(step, (torch.ones(6, 16, device=device),), model,
-                                    (torch.zeros(16, device=device),))
+                                    torch.zeros(16, device=device))
     counts = kept.cpu()
     # the same mask at every step would give only 0 or 6
     assert ((counts > 0) & (counts < 6)).any(), counts
@@ -224,3 +250,53 @@ def test_a_step_updating_buffers_is_refused_and_leaves_them_usable(device):
                               model)
     torch_xla.sync()
     torch.testing.assert_close(model[1].running_mean.cpu(), before)
+
+
+def _add_one_in_place(t):
+    t += 1
+
+
+@pytest.mark.parametrize(("step", "what"), [
+    (lambda model, x, c: (model(x).sum(), _add_one_in_place(c) or c), "carried tensor 0"),
+    (lambda model, x, c: (model(x.mul_(2)).sum(), c + 1), "the slice of iterable tensor 0"),
+], ids=["carried", "iterable"])
+def test_a_step_updating_its_inputs_in_place_is_refused(device, step, what):
+    """As PyTorch/XLA: AssertionError (the update would be lost, or made once)."""
+    model = torch.nn.Linear(3, 1).to(device)
+    data = torch.ones(2, 3, device=device)
+    with pytest.raises(AssertionError, match=f"updated {what} in place"):
+        gradient_accumulation(lambda x, c: step(model, x, c), (data,), model,
+                              torch.zeros((), device=device))
+    torch_xla.sync()  # nothing recorded over the loop's inputs is left to compute
+    assert model.weight.grad is None
+    torch.testing.assert_close(data.cpu(), torch.ones(2, 3))
+
+
+def test_a_step_updating_a_parameter_is_refused_and_leaves_it_as_it_was(device):
+    model = torch.nn.Linear(3, 1).to(device)
+    before = model.weight.cpu()
+
+    def step(x):
+        with torch.no_grad():
+            model.weight.add_(x.sum())  # would run once, not at each step
+        return model(x).sum()
+
+    with pytest.raises(AssertionError, match="updated parameter 'weight' in place"):
+        gradient_accumulation(step, (torch.ones(2, 2, 3, device=device),), model)
+    torch_xla.sync()
+    torch.testing.assert_close(model.weight.cpu(), before)
+
+
+def test_a_step_counting_in_a_buffer_is_refused_and_leaves_it_as_it_was(device):
+    """An update that reads no loop input would otherwise be made once, not at each step."""
+    model = torch.nn.Linear(3, 1).to(device)
+    model.register_buffer("calls", torch.zeros((), device=device))
+
+    def step(x):
+        model.calls += 1
+        return model(x).sum()
+
+    with pytest.raises(NotImplementedError, match="updates buffers in place \\(buffer 'calls'"):
+        gradient_accumulation(step, (torch.ones(2, 2, 3, device=device),), model)
+    torch_xla.sync()
+    assert model.calls.cpu().item() == 0
