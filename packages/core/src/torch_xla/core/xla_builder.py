@@ -208,8 +208,8 @@ class Computation:
         if isinstance(root, (tuple, list)):
             root = Op.tuple(root, builder=builder)
         if not isinstance(root, Op):
-            raise TypeError(f"computation {self.name!r}: {_describe(self.fn)} returned "
-                            f"{type(root).__name__}; it must return an xb.Op (or a tuple "
+            raise TypeError(f"computation {self.name!r}: {jax_call.function_name(self.fn)} "
+                            f"returned {type(root).__name__}; it must return an xb.Op (or a tuple "
                             "of them)")
         return root.op
 
@@ -571,10 +571,6 @@ def _dims(positional: tuple, named: dict) -> dict:
     if missing:
         raise TypeError(f"missing convolution dimension arguments: {missing}")
     return dims
-
-
-def _describe(fn: Callable) -> str:
-    return getattr(fn, "__qualname__", None) or repr(fn)
 
 
 def create_builder(name: str) -> Builder:

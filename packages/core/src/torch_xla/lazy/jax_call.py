@@ -141,8 +141,9 @@ def _trace(jax_func: Callable, in_tree: Any, slots: list, specs: tuple, name: st
     try:
         out = jax.eval_shape(structured, *shapes)
     except TypeError as error:
-        raise TypeError(f"call_jax: {_name(jax_func)} failed on arrays of {list(specs)}; it "
-                        f"may return only arrays (in any pytree). {error}") from error
+        raise TypeError(f"call_jax: {function_name(jax_func)} failed on arrays of "
+                        f"{list(specs)}; it may return only arrays (in any pytree). "
+                        f"{error}") from error
     out_leaves, out_tree = jax.tree_util.tree_flatten(out)
     out_avals = tuple(_aval(leaf, jax_func) for leaf in out_leaves)
     if override_hash is not None:
@@ -162,14 +163,15 @@ def _filled(slots: list, arrays: tuple) -> list:
 
 def _aval(leaf: Any, jax_func: Callable) -> ir.Aval:
     if not isinstance(leaf, jax.ShapeDtypeStruct):
-        raise TypeError(f"call_jax: {_name(jax_func)} returned {type(leaf).__name__}; it may "
-                        "return only arrays (in any pytree)")
+        raise TypeError(f"call_jax: {function_name(jax_func)} returned {type(leaf).__name__}; "
+                        "it may return only arrays (in any pytree)")
     dtype = dtypes.JAX_TO_TORCH.get(np.dtype(leaf.dtype))
     if dtype is None:
-        raise TypeError(f"call_jax: {_name(jax_func)} returned an array of dtype "
+        raise TypeError(f"call_jax: {function_name(jax_func)} returned an array of dtype "
                         f"{leaf.dtype}, which no torch dtype matches")
     return tuple(leaf.shape), dtype
 
 
-def _name(fn: Callable) -> str:
+def function_name(fn: Callable) -> str:
+    """How an error message names the function `fn`."""
     return getattr(fn, "__qualname__", None) or repr(fn)

@@ -262,10 +262,7 @@ def while_loop(cond_fn: Callable, body_fn: Callable, carried: Sequence[XLATensor
                             f"{type(t).__name__}; every carried input must be an XLA tensor")
     if not carried:
         raise ValueError("while_loop needs at least one carried input")
-    device = carried[0]._node.device
-    for t in carried:
-        if t._node.device != device:
-            raise tensor.device_mismatch_error(device, t._node.device)
+    device = tensor.common_device(carried)
     slots = [placeholder(t.shape, t.dtype, device) for t in carried]
     try:
         with eager.disabled():
