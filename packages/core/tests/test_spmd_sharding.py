@@ -20,7 +20,18 @@ from conftest import run_python
 
 from torch_xla.utils.utils import get_free_tcp_ports
 
-PRELUDE = """
+EXPECT_ERROR = """
+def expect_error(call, error, *words):
+    try:
+        call()
+    except error as e:
+        for w in words:
+            assert w in str(e), e
+    else:
+        raise AssertionError(f"no {error.__name__}: {words[0]}")
+"""
+
+PRELUDE = EXPECT_ERROR + """
 import numpy as np, torch, torch_xla, torch_xla.runtime as xr
 import torch_xla.distributed.spmd as xs
 import torch_xla.debug.metrics as met
@@ -216,13 +227,8 @@ xs.mark_sharding(xt, xs.Mesh(np.arange(n), (1, 1, 2, 2)), (0, 1, 2, 3))
 original = torch_xla._XLAC._get_xla_sharding_spec(xt)
 xs.mark_sharding(xt, xs.Mesh(np.arange(n), (1, 1, 2, 2)), (0, 1, 2, 3))   # the same: fine
 other = xs.Mesh(np.arange(n), (1, 1, 1, n))
-try:
-    xs.mark_sharding(xt, other, (0, 1, 2, 3))
-except RuntimeError as e:
-    assert "Existing annotation must be cleared first" in str(e), e
-    assert "xs.clear_sharding" in str(e), e
-else:
-    raise AssertionError("re-marked sharded data another way")
+expect_error(lambda: xs.mark_sharding(xt, other, (0, 1, 2, 3)), RuntimeError,
+             "Existing annotation must be cleared first", "xs.clear_sharding")
 assert torch_xla._XLAC._get_xla_sharding_spec(xt) == original
 xs.annotate_custom_sharding(xt, other, (0, 1, 2, 3))
 custom = torch_xla._XLAC._get_xla_sharding_spec(xt)
@@ -295,12 +301,7 @@ torch_xla.sync()
 assert torch.allclose(xa.grad.cpu(), b) and torch.allclose(xb.grad.cpu(), a)
 for bad, words in [(((x,), (y, y)), "same structure"), (((x, None), (None, y)), "None in both"),
                    ((x, torch.zeros(3, device="xla")), "of one shape")]:
-    try:
-        xs.shard_as(*bad)
-    except ValueError as e:
-        assert words in str(e), e
-    else:
-        raise AssertionError(bad)
+    expect_error(lambda: xs.shard_as(*bad), ValueError, words)
 # nn.Linear patched to einsums keeps its (sharded) parameters and computes the same
 from torch_xla.distributed.spmd.xla_sharding import EinsumLinear, apply_xla_patch_to_nn_linear
 torch.manual_seed(0)
@@ -348,12 +349,7 @@ for bad, words in [(lambda: distribute_tensor(t, mesh, [Partial(), Replicate()])
                    (lambda: distribute_tensor(t, mesh, [Shard(2), Replicate()]), "has 2 dims"),
                    (lambda: distribute_tensor(distribute_tensor(t, mesh, [Shard(0), Shard(1)]),
                                               mesh, [Shard(1), Shard(0)]), "clear it first")]:
-    try:
-        bad()
-    except ValueError as e:
-        assert words in str(e), e
-    else:
-        raise AssertionError(words)
+    expect_error(bad, ValueError, words)
 
 # a column-parallel first layer, the batch sharded by an input_fn, against eager CPU
 def model():
@@ -401,12 +397,7 @@ for s in shards:
     s.data += 100
 xt.load_local_shards_(shards)
 assert torch.equal(xt.cpu(), t + 100)
-try:
-    xt.load_local_shards_(shards[:-1])
-except RuntimeError as e:
-    assert "one shard per device" in str(e), e
-else:
-    raise AssertionError("too few shards accepted")
+expect_error(lambda: xt.load_local_shards_(shards[:-1]), RuntimeError, "one shard per device")
 sharding = mesh.get_op_sharding((0, None))
 whole = torch_xla._XLAC._global_tensor_from_cpu_shards([t[2 * k:2 * k + 2] for k in range(n)],
                                                       sharding)
@@ -482,12 +473,7 @@ for data, error, words in [(batch["x"], ValueError, "input batch should be a dic
                             "Keys: ['z', 'w'] are missing from input_sharding.")]:
     for load in (lambda: xm.send_cpu_data_to_device(data, dev, specs),
                  lambda: next(iter(pl.MpDeviceLoader([data], dev, input_sharding=specs)))):
-        try:
-            load()
-        except error as e:
-            assert words in str(e), e
-        else:
-            raise AssertionError(words)
+        expect_error(load, error, words)
 print("ok")
 """)
     assert out.strip().endswith("ok")
@@ -537,33 +523,19 @@ print("ok")
 
 
 def test_bad_annotations_say_what_is_wrong():
-    done = run_python("""
+    done = run_python(EXPECT_ERROR + """
 import numpy as np, torch, torch_xla
 import torch_xla.distributed.spmd as xs
 t = torch.ones(4, 4).to("xla")
 mesh = xs.Mesh(np.arange(4), (4,))
-try:
-    xs.mark_sharding(t, mesh, (0, None))
-except RuntimeError as e:
-    assert "use_spmd()" in str(e), e
-else:
-    raise AssertionError("mark_sharding outside SPMD mode")
+expect_error(lambda: xs.mark_sharding(t, mesh, (0, None)), RuntimeError, "use_spmd()")
 import torch_xla.runtime as xr
 xr.use_spmd()
 for spec, words in [((0,), "has 1 entries, but the tensor has 2 dims"),
                     (("z", None), "Axis name z is not defined")]:
-    try:
-        xs.mark_sharding(t, mesh, spec)
-    except ValueError as e:
-        assert words in str(e), e
-    else:
-        raise AssertionError(spec)
-try:
-    xs.Mesh(np.arange(2), (2,))
-except ValueError as e:
-    assert "must match the global number of devices (4)" in str(e), e
-else:
-    raise AssertionError("mesh size")
+    expect_error(lambda: xs.mark_sharding(t, mesh, spec), ValueError, words)
+expect_error(lambda: xs.Mesh(np.arange(2), (2,)), ValueError,
+             "must match the global number of devices (4)")
 try:
     xs.mark_sharding(torch.ones(4, 4), mesh, (0, None))
 except TypeError as e:
