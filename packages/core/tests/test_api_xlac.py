@@ -54,10 +54,10 @@ def test_tensors_text_shows_the_pending_ir_and_runs_nothing(device):
     assert lines[0] == "IR {" and lines[-2:] == ["}", ""]
     # PyTorch/XLA's post-order: an op's last input first (the 2, lifted to an input)
     assert lines[1] == "  %0 = f32[] xla::device_data()"
-    assert lines[2] == "  %1 = f32[2,3] xla::device_data()"
-    assert lines[3] == "  %2 = f32[2,3] aten::add(%1, %0)"
-    assert lines[4] == "  %3 = f32[2] aten::sum(%2), ROOT=0"
-    assert lines[5].startswith("  %4 = bf16[2,3] ") and lines[5].endswith("(%1), ROOT=1")
+    assert lines[2] == "  %1 = f32[2,3]{1,0} xla::device_data()"
+    assert lines[3] == "  %2 = f32[2,3]{1,0} aten::add(%1, %0)"
+    assert lines[4] == "  %3 = f32[2]{0} aten::sum(%2), ROOT=0"
+    assert lines[5].startswith("  %4 = bf16[2,3]{1,0} ") and lines[5].endswith("(%1), ROOT=1")
     assert b.cpu().tolist() == [9.0, 9.0]
 
 

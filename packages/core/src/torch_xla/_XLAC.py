@@ -741,7 +741,7 @@ def _run_cached_graph(graph_hash: str, inputs: list) -> list:
 
 def _get_xla_tensors_text(tensors: list) -> str:
     """The IR graph that computes `tensors`, one node a line in PyTorch/XLA's layout:
-    `%k = <storage type>[shape] <op>(<operands>)`, roots marked `ROOT=i`."""
+    `%k = <storage type>[shape]{layout} <op>(<operands>)`, roots marked `ROOT=i`."""
     from torch_xla.lazy import dump
 
     order, position, _, values = _pending_graph(tensors)

@@ -45,7 +45,7 @@ def test_text_dump_appends_every_synced_graph(tmp_path):
     assert text.count("## BEGIN_GRAPH") == 3  # each step, then the .item() read, appended
     # one printer with torch_xla._XLAC._get_xla_tensors_text: PyTorch/XLA's layout
     assert "aten::mm(%" in text and "aten::threshold_backward(" in text
-    assert ", ROOT=0" in text and "= f32[2,3] " in text
+    assert ", ROOT=0" in text and "= f32[2,3]{1,0} " in text
     assert "location=" not in text and "TensorsGraphInfo" not in text
 
 

@@ -96,8 +96,10 @@ _XLA_PREFIXES = (("bfloat", "bf"), ("float", "f"), ("uint", "u"), ("int", "s"),
                  ("complex", "c"))
 
 
-def xla_type(aval: Any) -> str:
-    """`bf16[2,3]`: the element type the device stores (XLA's short name) and the shape."""
+def xla_type(aval: Any, layout: bool = False) -> str:
+    """`bf16[2,3]`: the element type the device stores (XLA's short name) and the shape;
+    with `layout`, XLA's default (row-major) layout after it as XLA prints shapes,
+    `bf16[2,3]{1,0}` (none for a scalar)."""
     if aval is None:
         return "()"
     shape, dtype = aval
@@ -105,7 +107,10 @@ def xla_type(aval: Any) -> str:
     short = "pred" if name == "bool" else next(
         (short + name[len(long):] for long, short in _XLA_PREFIXES if name.startswith(long)),
         name)
-    return f"{short}[{','.join(map(str, shape))}]"
+    text = f"{short}[{','.join(map(str, shape))}]"
+    if layout and shape:
+        text += "{" + ",".join(map(str, range(len(shape) - 1, -1, -1))) + "}"
+    return text
 
 
 def op_name(op: Any) -> str:
@@ -120,8 +125,8 @@ def _operand(node: ir.Node, index: int, position: dict[int, int]) -> str:
 
 def node_line(k: int, node: ir.Node, position: dict[int, int],
               roots: dict[tuple[int, int], int]) -> str:
-    """`  %k = f32[2,3] aten::add(%0, %1), ROOT=0`, PyTorch/XLA's layout of one node."""
-    types = ", ".join(xla_type(a) for a in node.avals)
+    """`  %k = f32[2,3]{1,0} aten::add(%0, %1), ROOT=0`, PyTorch/XLA's layout of one node."""
+    types = ", ".join(xla_type(a, layout=True) for a in node.avals)
     if len(node.avals) > 1:
         types = f"({types})"
     operands = ", ".join(_operand(c, i, position) for c, i in node.inputs)
