@@ -102,10 +102,31 @@ def test_recorded_once_then_one_node_per_call_and_one_program():
         a = torch.ones((3, 3), device="xla", requires_grad=True)
         f(a, a).sum().backward()
         torch_xla.sync()
-    assert traced == 2  # recorded once, and once more under autograd for the backward
+    assert traced == 1  # one run under autograd gives the forward and the backward
     assert xb._jax_to_xla_computation_cache_elements() == 2  # the forward and the backward
     f(torch.ones((2, 3), device="xla"), torch.ones((3, 3), device="xla"))
-    assert traced == 3  # a new shape is a new signature (no gradient: no backward)
+    assert traced == 2  # a new shape is a new signature (no gradient: no backward)
+
+
+def test_a_signature_first_met_without_gradients_records_its_backward_when_asked():
+    traced = 0
+
+    @assume_pure
+    def f(a, b):
+        nonlocal traced
+        traced += 1
+        return torch.sin(a @ b) * b
+
+    torch.manual_seed(0)
+    cpu, xla = _pair((3, 3), (3, 3))
+    with torch.no_grad():
+        assert_close(f(*xla), torch.sin(cpu[0] @ cpu[1]) * cpu[1], **TOLERANCE)
+    for _ in range(2):
+        f(*xla).sum().backward()
+    assert traced == 2  # the forward alone, then once more under autograd
+    (torch.sin(cpu[0] @ cpu[1]) * cpu[1]).sum().mul(2).backward()
+    assert_close(xla[0].grad, cpu[0].grad, **TOLERANCE)
+    assert_close(xla[1].grad, cpu[1].grad, **TOLERANCE)
 
 
 def test_pytrees_kwargs_and_non_tensor_values():
@@ -158,7 +179,7 @@ def test_impure_functions_are_refused_with_the_reason():
     x = torch.randn(3).to("xla")
     kept = []
     cases = [
-        (lambda t: t * float(t.sum()), "read the value"),
+        (lambda t: t * t.sum().item(), "read the value"),
         (lambda t: t.add_(1), "changed its tensor argument 0 in place"),
         (lambda t: kept.append(t * 2) or t + 1, "did not return"),
         (lambda t: torch.nn.functional.dropout(t, 0.5, training=True), "random numbers"),
@@ -169,6 +190,13 @@ def test_impure_functions_are_refused_with_the_reason():
     kept.clear()
     torch_xla.sync()  # nothing recorded over a placeholder was left for the sync
     assert_close(x * 3, x.cpu() * 3)
+    w = torch.randn(3).to("xla").requires_grad_(True)
+    for fn, message in cases:  # recorded under autograd: the same reasons
+        with pytest.raises(ImpureFunctionError, match=message):
+            assume_pure(fn)(w)
+    kept.clear()
+    torch_xla.sync()
+    assert_close(w.detach() * 3, w.detach().cpu() * 3)
     with pytest.raises(RuntimeError, match="not an XLA tensor"):
         assume_pure(lambda t: t + 1)(torch.randn(3))
 
@@ -240,6 +268,49 @@ def test_assume_pure_torch_is_forward_only():
         assert_close(f(x.to("xla")), x.exp() * 2, **TOLERANCE)
     with pytest.raises(RuntimeError, match="forward-only"):
         f(x.to("xla"))
+
+
+@torch.no_grad()
+def test_assume_pure_torch_use_cache_keeps_recordings_until_the_cache_is_cleared():
+    import torch_xla.experimental.assume_pure as ap
+
+    traced = 0
+
+    @assume_pure_torch(use_cache=True)
+    def f(a, b):
+        nonlocal traced
+        traced += 1
+        return torch.sin(a @ b)
+
+    a, b = torch.randn(3, 3), torch.randn(3, 2)
+    for _ in range(3):
+        assert_close(f(a.to("xla"), b.to("xla")), torch.sin(a @ b), **TOLERANCE)
+    assert traced == 1
+    assert_close(f(a.to("xla"), a.to("xla")), torch.sin(a @ a), **TOLERANCE)
+    assert traced == 2  # another signature is recorded anew
+    ap._XLA_COMPUTATION_CACHE.clear()
+    assert_close(f(a.to("xla"), b.to("xla")), torch.sin(a @ b), **TOLERANCE)
+    assert traced == 3
+
+
+@torch.no_grad()
+def test_assume_pure_torch_without_cache_records_every_call_and_reads_closures_afresh():
+    import torch_xla.experimental.assume_pure as ap
+
+    lin = nn.Linear(3, 3).to("xla")
+
+    def layer(x):
+        return lin(x)
+
+    f = assume_pure_torch(layer)
+    x = torch.randn(2, 3)
+    before = f(x.to("xla")).cpu()
+    lin.weight.mul_(2)
+    again = f(x.to("xla"))  # recorded again: the weight as it is now
+    assert_close(again, torch.nn.functional.linear(x, lin.weight.cpu(), lin.bias.cpu()),
+                 **TOLERANCE)
+    assert not torch.allclose(again.cpu(), before)
+    assert all(key[0] is not layer for key in ap._XLA_COMPUTATION_CACHE)
 
 
 def test_j2t_autograd_differentiates_a_jax_function():

@@ -16,8 +16,9 @@ the number of ops inside:
     y = block(dict(layer.named_parameters()), x)    # differentiable: y.sum().backward()
 
 Arguments and results may be any pytree (tuples, lists, dicts) of tensors and other
-values. Gradients flow to every tensor argument that requires them: the first call that
-needs them records the function once more under autograd, so the backward node computes
+values. Gradients flow to every tensor argument that requires them: a call that needs
+them is recorded under autograd (forward and backward from one run of the function; a
+signature first recorded without them runs it once more), so the backward node computes
 PyTorch's own gradient formulas (the values a lazy step gives). It keeps only the
 arguments; it recomputes the forward, which XLA merges with the forward node's copy
 when both are in one program, as in a training step.
@@ -61,46 +62,64 @@ def assume_pure(fn: Callable, *, add_rng_seed_argument: bool = False) -> Callabl
     `rng_seed` (an int, or an integer XLA tensor holding one) from which the random ops
     inside draw: the same seed gives the same numbers, another seed others, and the
     backward replays the forward's."""
+    # Under torch.compile the call is a graph break: dynamo would otherwise compile `fn`
+    # itself when the recording runs it over placeholders.
+    return torch._dynamo.disable(_replayed(fn, {}, seeded=add_rng_seed_argument))
+
+
+def _replayed(fn: Callable, recordings: dict | None, seeded: bool = False) -> Callable:
+    """`fn` replayed from its recording for the call's signature, kept in `recordings`
+    under (fn, tree, signature); None: recorded afresh on every call."""
     try:
         bind = inspect.signature(fn).bind
     except (TypeError, ValueError):  # a builtin or a callable without a signature
         bind = None
-    recordings: dict[tuple, region.Recording] = {}
     name = getattr(fn, "__qualname__", None) or type(fn).__name__
 
     @functools.wraps(fn)
     def pure(*args: Any, **kwargs: Any) -> Any:
-        seed = _pop_seed(kwargs, name) if add_rng_seed_argument else None
+        seed = _pop_seed(kwargs, name) if seeded else None
         if bind is not None:
             bound = bind(*args, **kwargs)
             bound.apply_defaults()
             args, kwargs = bound.args, bound.kwargs
         leaves, spec = pytree.tree_flatten((args, kwargs))
-        key = (spec, region.signature(leaves))
-        try:
-            recording = recordings.get(key)
-        except TypeError:
-            raise TypeError(
-                f"assume_pure: an argument of {name} that is not a tensor is not hashable; "
-                "non-tensor arguments are part of the recording, so pass hashable ones "
-                "(tuples, numbers, strings)."
-            ) from None
-        if recording is None:
-            recording = recordings[key] = region.Recording(fn, spec, leaves,
-                                                           seeded=seed is not None)
         tensors = [x for x in leaves if isinstance(x, torch.Tensor)]
+        wants_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        recording = _recording(recordings, fn, name, spec, leaves, seed is not None,
+                               wants_grad)
         if seed is not None:
             tensors.append(_seed_key(seed, recording.device))
-        if torch.is_grad_enabled() and any(t.requires_grad for t in tensors):
+        if wants_grad:
             recording.record_backward()
             outputs = _PureFunction.apply(recording, *tensors)
         else:
             outputs = recording.call(tensors)
         return recording.result(list(outputs))
 
-    # Under torch.compile the call is a graph break: dynamo would otherwise compile `fn`
-    # itself when the recording runs it over placeholders.
-    return torch._dynamo.disable(pure)
+    return pure
+
+
+def _recording(recordings: dict | None, fn: Callable, name: str, spec: Any, leaves: list,
+               seeded: bool, wants_grad: bool) -> region.Recording:
+    """The kept recording of this call's signature, made (with its backward when
+    `wants_grad`) if there is none."""
+    if recordings is None:
+        return region.Recording(fn, spec, leaves, seeded=seeded, differentiable=wants_grad,
+                                kept=False)
+    key = (fn, spec, region.signature(leaves))
+    try:
+        recording = recordings.get(key)
+    except TypeError:
+        raise TypeError(
+            f"assume_pure: an argument of {name} that is not a tensor is not hashable; "
+            "non-tensor arguments are part of the recording, so pass hashable ones "
+            "(tuples, numbers, strings)."
+        ) from None
+    if recording is None:
+        recording = recordings[key] = region.Recording(fn, spec, leaves, seeded=seeded,
+                                                       differentiable=wants_grad)
+    return recording
 
 
 def _pop_seed(kwargs: dict, name: str) -> int | torch.Tensor:
@@ -148,13 +167,22 @@ def _functional_forward(module: nn.Module, params: dict, buffers: dict, args: tu
     return torch.func.functional_call(module, (params, buffers), args, kwargs)
 
 
-def assume_pure_torch(func: Callable, use_cache: bool = False) -> Callable:
-    """PyTorch/XLA's forward-only variant of `assume_pure`: call it with autograd off.
+_XLA_COMPUTATION_CACHE: dict[tuple, region.Recording] = {}
+"""`assume_pure_torch(use_cache=True)`'s recordings, one per (function, argument tree,
+signature); it keeps the functions alive. Clearing it makes the next call record again."""
 
-    Here it is `assume_pure` itself: recordings are always kept per signature, so
-    `use_cache` (upstream: keep one computation per function name, whatever the shapes)
-    changes nothing."""
-    pure = assume_pure(func)
+
+def assume_pure_torch(func: Callable | None = None, use_cache: bool = False) -> Callable:
+    """PyTorch/XLA's forward-only variant of `assume_pure`: call it with autograd off.
+    Used as `@assume_pure_torch` or `@assume_pure_torch(use_cache=True)`.
+
+    `use_cache=True`: each signature's recording is kept in `_XLA_COMPUTATION_CACHE` and
+    replayed (upstream keys it by the function's name alone, whatever the shapes; here a
+    new signature is recorded anew). `use_cache=False`: recorded on every call, so tensors
+    read from a closure are read as they are at that call."""
+    if func is None:
+        return functools.partial(assume_pure_torch, use_cache=use_cache)
+    pure = _replayed(func, _XLA_COMPUTATION_CACHE if use_cache else None)
 
     @functools.wraps(func)
     def forward_only(*args: Any, **kwargs: Any) -> Any:
@@ -165,7 +193,7 @@ def assume_pure_torch(func: Callable, use_cache: bool = False) -> Callable:
             )
         return pure(*args, **kwargs)
 
-    return forward_only
+    return torch._dynamo.disable(forward_only)
 
 
 def j2t_autograd(fn: Callable) -> Callable:

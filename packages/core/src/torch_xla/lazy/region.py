@@ -10,12 +10,15 @@ it read from a closure). Every later call with that signature records a single `
 of that JAX function (`jax_call.py`) instead of one node per op, which is what makes
 it cheap: the host cost no longer grows with the number of ops inside.
 
-A recording that gradients flow through is recorded a second time, once, with autograd on
-and the results' cotangents as further placeholders: `torch.autograd.grad` then records
-PyTorch's own backward formulas, the same IR a lazy step records, and they become the
-backward's JAX function. It recomputes the forward from the arguments, so nothing else is
-kept for it; when forward and backward land in one program (a training step) the two
-copies of the forward are the same HLO, which XLA's common-subexpression pass merges.
+The backward is recorded with autograd on and the results' cotangents as further
+placeholders: `torch.autograd.grad` records PyTorch's own backward formulas, the same IR a
+lazy step records, and they become the backward's JAX function. When the first call of a
+signature wants gradients, one run of the function under autograd gives both JAX functions
+(the function is traced once); a signature first met without gradients runs the function
+once more, under autograd, when a later call wants them. The backward recomputes the
+forward from the arguments, so nothing else is kept for it; when forward and backward land
+in one program (a training step) the two copies of the forward are the same HLO, which
+XLA's common-subexpression pass merges.
 
 What "pure" has to mean for the recording to stay true, each checked with a clear
 error: the function reads no tensor value (`.item()`, printing, a data-dependent
@@ -90,9 +93,13 @@ class Recording:
                  "out_spec", "out_slots", "out_avals", "backward", "grad_outputs",
                  "grad_inputs")
 
-    def __init__(self, fn: Callable, spec: Any, leaves: list, seeded: bool = False) -> None:
+    def __init__(self, fn: Callable, spec: Any, leaves: list, seeded: bool = False,
+                 differentiable: bool = False, kept: bool = True) -> None:
         """`seeded`: the random ops inside draw from a key passed as one more tensor
-        argument, after the others (`assume_pure(..., add_rng_seed_argument=True)`)."""
+        argument, after the others (`assume_pure(..., add_rng_seed_argument=True)`).
+        `differentiable`: gradients are wanted now, so the forward and the backward are
+        recorded from one run of the function. `kept`: the recording is replayed by later
+        calls (so tensors the function reads from a closure are fixed: warned about)."""
         self.fn, self.spec, self.seeded = fn, spec, seeded
         self.name = getattr(fn, "__qualname__", None) or type(fn).__name__
         self.slots = []  # the leaves, _TENSOR where a tensor argument goes
@@ -118,51 +125,39 @@ class Recording:
         self.backward: Traced | None = None
         self.grad_outputs: tuple[int, ...] = ()  # the results that take a cotangent
         self.grad_inputs: tuple[int, ...] = ()  # the arguments the backward returns for
-        wrappers, placeholders = self._placeholders(self.avals)
         held = {id(t._node) for t in tensor.live_tensors()}  # what existed before the call
-        with _recording(), self._keys_from(placeholders):
-            with torch.no_grad():
-                result = self._run(wrappers)
-            outputs, self.out_spec, self.out_slots = self._results(result)
-            del result  # may hold views' bases alive: dropped before the escape check
-            _check_arguments_unchanged(self.name, wrappers, placeholders)
-            self.out_avals = [t._node.avals[t._index] for t in outputs]
-            self.forward = self._trace(outputs, placeholders, self._seed_of(placeholders))
-        _warn_captured(self.name, [t._node for t in self.forward.constants], held)
+        if differentiable:
+            self._record_both()
+        else:
+            self._record_forward()
+        if kept:
+            _warn_captured(self.name, [t._node for t in self.forward.constants], held)
 
     def call(self, tensors: list[torch.Tensor]) -> list[torch.Tensor]:
         """The function's result tensors, recorded as one node on `tensors`."""
         return list(self.forward.call(tuple(tensors), self.name))
 
     def record_backward(self) -> None:
-        """Record the backward (once): PyTorch's gradient formulas, as a JAX function of the
-        arguments and of the cotangents of the results that depend on them."""
+        """Record the backward (once) of a recording made without gradients: the
+        function runs once more, under autograd."""
         if self.backward is not None:
             return
-        floating = [k for k, (_, dtype) in enumerate(self.avals)
-                    if dtype.is_floating_point or dtype.is_complex]
         wrappers, placeholders = self._placeholders(self.avals)
         with _recording(), self._keys_from(placeholders):
-            for k in floating:
-                wrappers[k].requires_grad_(True)
+            floating = self._differentiable(wrappers)
             with torch.enable_grad():
                 outputs = [x for x in pytree.tree_leaves(self._run(wrappers))
                            if isinstance(x, torch.Tensor)]
-            self.grad_outputs = tuple(k for k, t in enumerate(outputs) if t.requires_grad)
-            cotangents, cot_placeholders = self._placeholders(
-                [self.out_avals[k] for k in self.grad_outputs])
-            grads = torch.autograd.grad(
-                [outputs[k] for k in self.grad_outputs], [wrappers[k] for k in floating],
-                cotangents, allow_unused=True) if self.grad_outputs else [None] * len(floating)
-            self.grad_inputs = tuple(k for k, g in zip(floating, grads, strict=True)
-                                     if g is not None)
-            present = [functional.unwrap(g) for g in grads if g is not None]
+            grads, cot_placeholders = self._gradients(outputs, wrappers, floating)
             for t in outputs:  # the forward's results: only the gradients are kept
                 tensor.uninitialized(functional.unwrap(t))
             # the user tensors may hold views' bases alive: drop them before the escape check
-            del grads, outputs, wrappers, cotangents
-            self.backward = self._trace(present, placeholders + cot_placeholders,
-                                        self._seed_of(placeholders), checked=False)
+            del outputs, wrappers
+            self.backward = self._function(grads, placeholders + cot_placeholders,
+                                           self._seed_of(placeholders))
+            # not checked: the forward's recording already checked the function
+            loop.forget_results(grads, PureInput)
+            loop.discard_recorded(PureInput)
 
     def pullback(self, tensors: list[torch.Tensor], cotangents: list[torch.Tensor]) -> list:
         """The gradient of each argument (None where it has none), given the cotangents of
@@ -179,6 +174,75 @@ class Recording:
             [next(it) if s is _TENSOR else s for s in self.out_slots], self.out_spec)
 
     # --- recording ---------------------------------------------------------------
+
+    def _record_forward(self) -> None:
+        wrappers, placeholders = self._placeholders(self.avals)
+        with _recording(), self._keys_from(placeholders):
+            with torch.no_grad():
+                result = self._run(wrappers)
+            outputs, self.out_spec, self.out_slots = self._results(result)
+            del result  # may hold views' bases alive: dropped before the escape check
+            _check_arguments_unchanged(self.name, wrappers, placeholders)
+            self.out_avals = [t._node.avals[t._index] for t in outputs]
+            self.forward = self._function(outputs, placeholders, self._seed_of(placeholders))
+            _forget(self.name, outputs)
+
+    def _record_both(self) -> None:
+        """Forward and backward from one run of the function under autograd: the forward
+        is what its results were computed from, the backward what `autograd.grad` added."""
+        try:
+            self._record_under_autograd()
+        except ImpureFunctionError:
+            raise
+        except Exception:
+            # Autograd refuses some impurities before the checks here see them (an argument
+            # that requires grad changed in place): recording without autograd names the
+            # impurity; if it finds none, autograd's error stands.
+            self._record_forward()
+            raise
+
+    def _record_under_autograd(self) -> None:
+        wrappers, placeholders = self._placeholders(self.avals)
+        with _recording(), self._keys_from(placeholders):
+            floating = self._differentiable(wrappers)
+            with torch.enable_grad():
+                result = self._run(wrappers)
+            outputs, self.out_spec, self.out_slots = self._results(result)
+            _check_arguments_unchanged(self.name, wrappers, placeholders)
+            self.out_avals = [t._node.avals[t._index] for t in outputs]
+            returned = [x for x in pytree.tree_leaves(result) if isinstance(x, torch.Tensor)]
+            grads, cot_placeholders = self._gradients(returned, wrappers, floating)
+            # autograd's graph and the user tensors may hold views' bases alive: dropped
+            # before the escape check
+            del result, returned, wrappers
+            seed = self._seed_of(placeholders)
+            self.forward = self._function(outputs, placeholders, seed)
+            self.backward = self._function(grads, placeholders + cot_placeholders, seed)
+            _forget(self.name, outputs + grads)
+
+    def _differentiable(self, wrappers: list) -> list[int]:
+        """Make the floating arguments require grad (whichever the caller's do: the
+        backward serves every call of the signature); their indices."""
+        floating = [k for k, (_, dtype) in enumerate(self.avals)
+                    if dtype.is_floating_point or dtype.is_complex]
+        for k in floating:
+            wrappers[k].requires_grad_(True)
+        return floating
+
+    def _gradients(self, outputs: list[torch.Tensor], wrappers: list,
+                   floating: list[int]) -> tuple[list[XLATensor], list]:
+        """PyTorch's gradients of the arguments in `floating` for the cotangents (new
+        placeholders, returned) of the results that depend on them; sets `grad_outputs`
+        and `grad_inputs`."""
+        self.grad_outputs = tuple(k for k, t in enumerate(outputs) if t.requires_grad)
+        cotangents, cot_placeholders = self._placeholders(
+            [self.out_avals[k] for k in self.grad_outputs])
+        grads = torch.autograd.grad(
+            [outputs[k] for k in self.grad_outputs], [wrappers[k] for k in floating],
+            cotangents, allow_unused=True) if self.grad_outputs else [None] * len(floating)
+        self.grad_inputs = tuple(k for k, g in zip(floating, grads, strict=True)
+                                 if g is not None)
+        return [functional.unwrap(g) for g in grads if g is not None], cot_placeholders
 
     def _placeholders(self, avals: list) -> tuple[list, list]:
         placeholders = [PureInput(aval, self.device) for aval in avals]
@@ -223,23 +287,14 @@ class Recording:
         """The placeholder of the seed argument (the last of the arguments' ones)."""
         return placeholders[len(self.avals) - 1] if self.seeded else None
 
-    def _trace(self, outputs: list[XLATensor], placeholders: list,
-               seed: PureInput | None, checked: bool = True) -> Traced:
-        """`outputs` (computed over `placeholders`) as a JAX function; forgets them.
-        `checked`: fail if the function kept a tensor computed from the placeholders
-        elsewhere; the backward's recording is not checked (the forward's recording
-        already checked the function, and what autograd keeps of a recording, such as the
-        base of a returned view, is its own, not the function's): it is discarded."""
+    def _function(self, outputs: list[XLATensor], placeholders: list,
+                  seed: PureInput | None) -> Traced:
+        """`outputs` (computed over `placeholders`) as a JAX function."""
         values = [t.value for t in outputs]
         order, position, leaves, _ = graph.walk(values)
         _check_replayable(self.name, order, seed)
         constants = [n for n in leaves if type(n) is not PureInput]
         fn = compiler.graph_function(order, position, [*placeholders, *constants], values)
-        if checked:
-            _forget(self.name, outputs)
-        else:
-            loop.forget_results(outputs, PureInput)
-            loop.discard_recorded(PureInput)
         return Traced(fn, [XLATensor(n) for n in constants])
 
 
