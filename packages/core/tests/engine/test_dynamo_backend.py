@@ -436,6 +436,25 @@ def test_op_without_lowering_runs_between_compiled_parts(device, metrics):
     assert samples(metrics, "ExecuteTime") == runs + 2  # the two compiled parts
 
 
+def test_xla_dynamo_debug_prints_each_compiled_graph_and_its_cpu_fallbacks():
+    out = run_python("""
+        import torch, torch_xla
+        from torch_xla._dynamo import dynamo_bridge as bridge
+        def fn(t):
+            return torch.special.bessel_j0(t * 2) * 2  # no lowering: runs on the CPU
+        t = torch.randn(5).to("xla")
+        got = torch.compile(fn, backend="openxla")(t)
+        print("equal", torch.allclose(got.cpu(), fn(t.cpu())))
+        print("fallbacks", bridge.get_fallback_ops(), bridge.is_xla_tensor(got),
+              bridge.is_xla_tensor(t.cpu()))
+    """, env={"XLA_DYNAMO_DEBUG": "1"})
+    assert "=== torch_xla dynamo bridge: compiling ===" in out, out
+    assert "special_bessel_j0" in out and "arguments: [((5,), torch.float32, 'xla:0')]" in out
+    assert "Dynamo fallback ops are [special_bessel_j0]" in out, out
+    assert "equal True" in out
+    assert "fallbacks ['prims::bessel_j0'] True False" in out, out  # the op CPU torch ran
+
+
 @pytest.mark.parametrize("kind", [list, tuple])
 def test_none_remover_takes_nones_out_and_puts_them_back(kind):
     from torch_xla._dynamo.dynamo_bridge import NoneRemover

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import copy
 import operator
+import os
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -57,6 +58,12 @@ from torch_xla.lazy import (
 from torch_xla.lazy.tensor import XLATensor
 from torch_xla.pjrt import spmd
 from torch_xla.pjrt.client import client
+
+# Debugging output, read once at import as PyTorch/XLA does: XLA_DYNAMO_DEBUG=1 prints each
+# graph the bridge compiles (its code and arguments) and the nodes that fall back to the
+# CPU; PT_XLA_DEBUG=1 the fallback nodes.
+dynamo_debug = os.environ.get("XLA_DYNAMO_DEBUG", "0").lower() in ("1", "true", "yes")
+ptxla_debug = os.environ.get("PT_XLA_DEBUG", "0").lower() in ("1", "true", "yes")
 
 _SEED = object()  # a program input fed with a fresh RNG seed on every call
 
@@ -580,6 +587,10 @@ class GraphFunction:
         traced = _trace(self.gm, args, host=not self.guarded)
         if isinstance(traced, CompiledGraph):
             return traced
+        if dynamo_debug or ptxla_debug:
+            print(f"Dynamo fallback ops are {traced}: they run on the CPU between the "
+                  "compiled parts of the graph. Please open an issue asking for their "
+                  "lowering.")
         if self.guarded:
             return _partition(self.gm, traced)
         return self.gm  # a stretch that still needs the device mid-way: run it lazily
@@ -595,6 +606,11 @@ def extract_compiled_graph(xla_model: torch.fx.GraphModule, xla_args: Sequence[A
     """Compile dynamo's graph `xla_model` for the arguments `xla_args` (real tensors, on
     the XLA device); the callable returned takes the same arguments on every call."""
     _metrics.counter("DynamoExtractCompiledGraph").inc()
+    if dynamo_debug:
+        print("=== torch_xla dynamo bridge: compiling ===")
+        print(xla_model.code.strip())
+        print("arguments:", [(tuple(a.shape), a.dtype, str(a.device)) if isinstance(
+            a, torch.Tensor) else a for a in xla_args])
     for a in xla_args:
         if isinstance(a, torch.Tensor) and a.device.type != "xla":
             warnings.warn(f"Found tensor with shape {a.size()} on {a.device}. Please move all "
@@ -603,6 +619,17 @@ def extract_compiled_graph(xla_model: torch.fx.GraphModule, xla_args: Sequence[A
     compiled = function.compile_for(xla_args)
     # Without numbers there is one signature: dynamo's guards already fix every shape.
     return function if function.specializes else compiled
+
+
+def is_xla_tensor(tensor: torch.Tensor) -> bool:
+    """Whether `tensor` is on the XLA device (PyTorch/XLA's helper)."""
+    return tensor.device.type == "xla"
+
+
+def get_fallback_ops() -> list[str]:
+    """The ops that ran on the CPU since the counters were last cleared (PyTorch/XLA's
+    helper, the same list as `torch_xla._XLAC._get_executed_fallback_ops()`)."""
+    return _metrics.fallback_ops()
 
 
 class GraphInputMatcher:
