@@ -49,6 +49,14 @@ REASONS: dict[str | tuple[str, str], str] = {
     "torch_xla.experimental.spmd_fully_sharded_data_parallel": ISSUE_11 + " (FSDP v2 over SPMD)",
     "torch_xla._dynamo": ISSUE_12,
     "torch_xla.core.dynamo_bridge": ISSUE_12,
+    **{(module, n): "internals of upstream's bridge, which partitions the FX graph with "
+       "its own passes and runs each part by graph hash; here `GraphFunction` traces the graph "
+       "on the lazy engine and partitions it with torch's `CapabilityBasedPartitioner`"
+       for module in ("torch_xla._dynamo.dynamo_bridge", "torch_xla.core.dynamo_bridge")
+       for n in ("Deduper", "InputCollector", "SpecialReturnHandler",
+                 "UnsupportedNodesCollector", "XLAConstructorMoverPass",
+                 "extract_compiled_graph_helper", "extract_graph_helper",
+                 "partition_fx_graph_for_cpu_fallback")},
     "torch_xla.experimental.custom_kernel": NOT_BUILT + "upstream's Pallas kernels for TPUs "
     "(flash, paged and ragged attention, grouped matmul, int8 matmul: Mosaic custom calls for "
     "one chip family, whose place would be torch-xla-tpu); plain PyTorch attention compiles "

@@ -4,10 +4,16 @@
 from torch_xla._dynamo.dynamo_bridge import (
     GraphFunction,
     GraphInputMatcher,
+    NoneRemover,
     alias_with_buffer_donor_config,
+    dynamo_debug,
     extract_compiled_graph,
     extract_internal,
+    get_fallback_ops,
+    is_xla_tensor,
+    ptxla_debug,
 )
 
-__all__ = ["GraphFunction", "GraphInputMatcher", "alias_with_buffer_donor_config",
-           "extract_compiled_graph", "extract_internal"]
+__all__ = ["GraphFunction", "GraphInputMatcher", "NoneRemover", "alias_with_buffer_donor_config",
+           "dynamo_debug", "extract_compiled_graph", "extract_internal", "get_fallback_ops",
+           "is_xla_tensor", "ptxla_debug"]
