@@ -149,3 +149,16 @@ def test_dtype_flags_are_read_on_first_use_of_the_dtypes_they_affect():
     yet, and is then fixed for the run."""
     lines = run_python(LATCH_CODE).strip().splitlines()
     assert lines[-3:] == ["float32", "float32 int32 uint32", "int32 torch.int64"]
+
+
+def test_a_dtype_without_an_xla_element_type_is_refused_when_made(device):
+    """complex32 has no XLA type: converting to it failed with a bare KeyError, and a
+    factory only when a later sync lowered it; both now say what to do at the call."""
+    t = torch.randn(2, device=device)
+    for make in (t.chalf, lambda: torch.zeros(2, dtype=torch.complex32, device=device),
+                 lambda: torch.empty(3, dtype=torch.complex32, device=device),
+                 lambda: torch.zeros(2, dtype=torch.complex32).to(device)):
+        with pytest.raises(TypeError, match=r"torch.complex32 has no XLA element type.*"
+                                            r"\.to\(torch.complex64\)"):
+            make()
+    torch.testing.assert_close(t.to(torch.complex64).cpu(), t.cpu().to(torch.complex64))

@@ -48,10 +48,20 @@ def _index(device) -> int:
     return nodes.target_device(device)
 
 
+def _stored(dtype: torch.dtype | None) -> None:
+    """Refuse, when the factory is called, a dtype the device has no element type for
+    (torch.complex32); its program would fail only when a sync lowered it."""
+    if dtype is not None:
+        from torch_xla.lazy import dtype_policy
+
+        dtype_policy.storage(dtype)
+
+
 def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     from torch_xla.lazy import functional, nodes, tensor
 
     dtype = dtype or torch.get_default_dtype()
+    _stored(dtype)
     # Left out of syncs until written or read (see `tensor.uninitialized`): `x.to(device)`
     # makes one in a data loader's thread while the main thread may be syncing a step.
     return functional.wrap(tensor.uninitialized(nodes.full(tuple(size), dtype, 0,
@@ -71,6 +81,7 @@ def _factory(op):
     def kernel(*args, **kwargs):
         from torch_xla.lazy import dispatch, functional
 
+        _stored(kwargs.get("dtype"))
         return functional.wrap(dispatch.record_lowered(op, args, kwargs))
 
     return kernel

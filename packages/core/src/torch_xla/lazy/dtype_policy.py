@@ -45,6 +45,20 @@ _FLAGGED = {torch.float32: _float_flags, torch.float64: _float_flags,
             torch.int64: _long_flags, torch.uint64: _long_flags}
 
 
+class UnsupportedDtypeError(TypeError, KeyError):
+    """A torch dtype the device has no element type for (torch.complex32, the quantized
+    and bit-packed types). A KeyError too: the storage table is a mapping."""
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        stored = ", ".join(str(d).removeprefix("torch.") for d in NATIVE)
+        hint = " (e.g. .to(torch.complex64))" if dtype == torch.complex32 else ""
+        super().__init__(f"{dtype} has no XLA element type; the xla device stores {stored}. "
+                         f"Convert the tensor to one of them first{hint}.")
+
+    def __str__(self) -> str:  # KeyError's would quote the message
+        return str(self.args[0])
+
+
 class _Storage(dict):
     """torch dtype -> stored numpy dtype; a flagged dtype is decided on its first lookup."""
 
@@ -56,7 +70,7 @@ class _Storage(dict):
 
     def __missing__(self, dtype: torch.dtype) -> np.dtype:
         if dtype not in _FLAGGED:
-            raise KeyError(dtype)
+            raise UnsupportedDtypeError(dtype)
         self.latched[dtype] = _FLAGGED[dtype](dtype)
         self[dtype] = self._decide(dtype)
         return self[dtype]
