@@ -502,6 +502,27 @@ def test_pending_input_is_computed_before_the_program(device, metrics):
         config.skip_input_data_check = False
 
 
+def test_pending_arguments_are_computed_with_the_values_on_their_way(device):
+    """A lazily computed gradient passed to a compiled function is computed before the
+    call together with the live tensors its graph computes on the way (its base:
+    AccumulateGrad stores a detached alias), as a read computes them; only the argument
+    itself was, which left the base pending for the next step to compute again."""
+    from torch_xla.lazy import graph
+
+    w_cpu, x_cpu = torch.randn(3, 5), torch.randn(3, 5)
+    w = w_cpu.to(device).requires_grad_()
+    x = x_cpu.to(device)
+    ref = w_cpu.clone().requires_grad_()
+    step = torch.compile(lambda p, g: p - 0.1 * g, backend="openxla")
+    for _ in range(3):
+        w.grad = ref.grad = None
+        (x * w).cos().sum().backward()
+        (x_cpu * ref).cos().sum().backward()
+        new = step(w.detach(), w.grad)
+        assert graph.pending_tensors() == []
+        assert_close(new.cpu(), ref.detach() - 0.1 * ref.grad, **TOL)
+
+
 def test_a_graph_compiled_by_a_sync_serves_the_compiled_function(device, metrics):
     x, y = torch.randn(4, 3), torch.randn(4, 3)
     xx, xy = x.to(device), y.to(device)

@@ -248,7 +248,10 @@ _from_functional_tensor = torch._from_functional_tensor
 
 def _sync_inputs(args: Sequence[Any]) -> None:
     """Compute the arguments that are still pending IR, as PyTorch/XLA does: one graph,
-    the same one the trace computed them in (`_pending_arguments`), so it compiles once."""
+    the same one the trace computed them in (`_pending_arguments`), so it compiles once.
+    Live pending tensors that graph computes on the way are computed with them (a
+    gradient's base, when the argument is a view of it), as a read does
+    (`graph.materialize`): the next step would otherwise compute them again."""
     pending = _pending_arguments(args)
     if config.skip_input_data_check:
         raise RuntimeError(
@@ -258,7 +261,7 @@ def _sync_inputs(args: Sequence[Any]) -> None:
             "Call torch_xla.sync() before the compiled function, or set the switch to False."
         )
     _metrics.counter("DynamoSyncInputExecuteTime").inc()
-    graph.sync(pending)
+    graph.materialize(pending)
 
 
 def _pending_arguments(args: Sequence[Any]) -> list[XLATensor]:
@@ -343,7 +346,7 @@ class _Inputs:
     def __init__(self, args: Sequence[Any], host: bool = False) -> None:
         self.indices = [i for i, a in enumerate(args)
                         if isinstance(a, torch.Tensor) and a.device.type == "xla"]
-        graph.sync(_pending_arguments(args))  # the graph a call computes them in
+        graph.materialize(_pending_arguments(args))  # the graph a call computes them in
         graph.sync(None)  # and whatever else is pending
         self.host: dict[int, tuple[ir.Node, int]] = {}  # argument index -> its leaf
         if host and self.indices:
