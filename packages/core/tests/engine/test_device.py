@@ -11,7 +11,7 @@ from torch import nn
 import torch_xla
 import torch_xla.core.xla_model as xm
 
-from .helpers import assert_close
+from .helpers import assert_close, run_python
 
 
 def test_device_names(device):
@@ -678,3 +678,26 @@ def test_reading_an_xla_storage_is_refused_with_what_to_do(device, read):
     with pytest.raises(RuntimeError, match=r"storage holds no bytes.*t\.cpu\(\)"):
         attempts[read]()
     assert t.cpu().untyped_storage().nbytes() == 12
+
+
+def test_a_factory_larger_than_the_device_memory_fails_at_once():
+    """`torch.rand` of 4 PB then `.sum()`: XLA fuses the generator into the reduction, so
+    the program ran for ages instead of failing; the factory now refuses it (PyTorch/XLA
+    fails allocating it). A tensor that fits is made as before."""
+    out = run_python("""
+        import torch, torch_xla
+        errors = []  # kept, with their tracebacks: a later sync must not compute the tensor
+        for make in (lambda: torch.rand(1024, 1024, 1024, 1024, 1024, device="xla").sum(),
+                     lambda: torch.empty(1 << 50, dtype=torch.int8, device="xla")):
+            try:
+                make().cpu()
+            except RuntimeError as error:
+                print("refused |", error)
+                errors.append(error)
+        torch_xla.sync()
+        print("fits", torch.zeros(1 << 28, dtype=torch.int8, device="xla").sum().item())
+    """, timeout=120)
+    assert out.count("refused | Out of memory allocating ") == 2, out
+    assert "4503599627370496 bytes: aten.rand.default makes a torch.float32 tensor" in out
+    assert "empty makes a torch.int8 tensor of shape [1125899906842624]" in out
+    assert "fits 0" in out

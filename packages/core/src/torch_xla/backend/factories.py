@@ -57,6 +57,31 @@ def _stored(dtype: torch.dtype | None) -> None:
         dtype_policy.storage(dtype)
 
 
+_SURELY_FITS = 1 << 30  # bytes: a smaller tensor is not checked against the device's memory
+
+
+def _fits(t: torch.Tensor, op: str) -> torch.Tensor:
+    """`t`, made by factory `op`, unless it is larger than its device's memory: its program
+    would then compute for ages where XLA fuses it into its readers (`torch.rand` of
+    petabytes, then `.sum()`), or fail only when it runs."""
+    size = t.numel() * t.element_size()
+    if size > _SURELY_FITS:
+        from torch_xla.pjrt.client import client
+
+        limit = client().memory_limit(t.device.index)
+        if limit is not None and size > limit:
+            from torch_xla.lazy import functional, tensor
+
+            message = (
+                f"Out of memory allocating {size} bytes: {op} makes a {t.dtype} tensor of "
+                f"shape {list(t.shape)} on {t.device}, whose memory is {limit} bytes. Make it "
+                "smaller, or shard it over several devices (torch_xla.distributed.spmd).")
+            tensor.uninitialized(functional.unwrap(t))  # no sync computes it
+            del t  # nor does the traceback keep it
+            raise RuntimeError(message)
+    return t
+
+
 def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_format=None):
     from torch_xla.lazy import functional, nodes, tensor
 
@@ -64,8 +89,8 @@ def empty(size, dtype=None, layout=None, device=None, pin_memory=None, memory_fo
     _stored(dtype)
     # Left out of syncs until written or read (see `tensor.uninitialized`): `x.to(device)`
     # makes one in a data loader's thread while the main thread may be syncing a step.
-    return functional.wrap(tensor.uninitialized(nodes.full(tuple(size), dtype, 0,
-                                                           _index(device))))
+    return _fits(functional.wrap(tensor.uninitialized(nodes.full(tuple(size), dtype, 0,
+                                                                 _index(device)))), "empty")
 
 
 def zeros(size, dtype=None, layout=None, device=None, pin_memory=None):
@@ -82,7 +107,7 @@ def _factory(op):
         from torch_xla.lazy import dispatch, functional
 
         _stored(kwargs.get("dtype"))
-        return functional.wrap(dispatch.record_lowered(op, args, kwargs))
+        return _fits(functional.wrap(dispatch.record_lowered(op, args, kwargs)), str(op))
 
     return kernel
 

@@ -115,6 +115,7 @@ class Client:
                 "device with PJRT_DEVICE."
             ) from error
         self.compiled_once = False
+        self._memory_limits: dict[int, int | None] = {}
         if spmd.requested():
             spmd.enable()
 
@@ -139,6 +140,18 @@ class Client:
     def replicated(self) -> Any:
         """The virtual device's layout of unsharded data: whole on every device of the job."""
         return spmd.replicated(tuple(self.global_devices))
+
+    def memory_limit(self, index: int) -> int | None:
+        """The bytes of memory device `index` has (the host's for the CPU platform), or
+        None when its plugin reports none."""
+        limits = self._memory_limits
+        if index not in limits:
+            stats = self.device(index).memory_stats() or {}
+            limit = stats.get("bytes_limit")
+            if not limit and self.platform == "cpu":
+                limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            limits[index] = int(limit) if limit else None
+        return limits[index]
 
     def process_index(self) -> int:
         return jax.process_index(backend=self.platform)
