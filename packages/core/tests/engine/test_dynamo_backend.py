@@ -292,6 +292,21 @@ def test_a_graph_break_before_the_first_graph_runs_the_op_eagerly():
     assert "equal True" in out, out
 
 
+def test_fullgraph_traces_through_the_engine_code_an_api_calls(device):
+    """The engine's packages are skipped where dynamo would compile their frames on their
+    own, but traced through when compiled code calls them: `xm.all_reduce` checks its
+    arguments with `lowering.collectives`, which under `fullgraph=True` failed as a call
+    to a skipped function."""
+    import torch_xla.core.xla_model as xm
+
+    def reduce(t):
+        return xm.all_reduce(xm.REDUCE_SUM, t) * 2
+
+    t = torch.randn(5)
+    compiled = torch.compile(reduce, backend="openxla", fullgraph=True)
+    assert_close(compiled(t.to(device)).cpu(), t * 2, **TOL)  # one replica: the sum is t
+
+
 @pytest.mark.parametrize("backend", ["openxla", "openxla_eval"])
 def test_mutated_input_is_written_back(device, backend):
     def fn(a, b):

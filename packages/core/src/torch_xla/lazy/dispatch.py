@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import functools
 import importlib
+import importlib.util
 import math
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -531,15 +533,17 @@ _LOADED_BY_TORCH_ON_FIRST_OP = (
 )
 
 
-# Packages whose frames dynamo must never trace. The engine runs eagerly under a compiled
-# function (an op that breaks dynamo's graph, the backward after a break, an op between
-# two graphs) while dynamo's frame callback is still set, and dynamo would compile its
-# Python frames as user code (and jax's, which it does not skip either). Registered with
-# the engine's first load, not by the dynamo bridge: a break before the first compiled
-# graph comes before torch imports the bridge.
-_NEVER_TRACED_BY_DYNAMO = ("torch_xla._dynamo", "torch_xla._metrics", "torch_xla.backend",
-                           "torch_xla.lazy", "torch_xla.lowering", "torch_xla.pjrt",
-                           "jax", "jaxlib")
+# Packages whose frames dynamo must not compile on their own. The engine runs eagerly under
+# a compiled function (an op that breaks dynamo's graph, the backward after a break, an op
+# between two graphs) while dynamo's frame callback is still set, and dynamo would compile
+# its Python frames as user code (and jax's, which it does not skip either). Registered
+# with the engine's first load, not by the dynamo bridge: a break before the first
+# compiled graph comes before torch imports the bridge. Code dynamo is tracing may still
+# call into them (`xm.all_reduce` under `fullgraph=True` checks its arguments with
+# `lowering.collectives`): there they are traced through, as dynamo does for `copy`.
+_NOT_COMPILED_ALONE_BY_DYNAMO = ("torch_xla._dynamo", "torch_xla._metrics",
+                                 "torch_xla.backend", "torch_xla.lazy", "torch_xla.lowering",
+                                 "torch_xla.pjrt", "jax", "jaxlib")
 
 
 def _load_torch_modules() -> None:
@@ -547,8 +551,13 @@ def _load_torch_modules() -> None:
         if name.startswith("torch.distributed") and not torch.distributed.is_available():
             continue
         importlib.import_module(name)
-    for name in _NEVER_TRACED_BY_DYNAMO:
-        torch._dynamo.trace_rules.add(name)
+    rules = torch._dynamo.trace_rules
+    traced_when_called = getattr(rules, "BUILTIN_INLINE_WHEN_CALLED", None)  # torch 2.13
+    for name in _NOT_COMPILED_ALONE_BY_DYNAMO:
+        rules.add(name)
+        spec = importlib.util.find_spec(name)
+        if traced_when_called is not None and spec is not None and spec.origin:
+            traced_when_called.add(os.path.dirname(spec.origin) + "/")
 
 
 _load_torch_modules()
