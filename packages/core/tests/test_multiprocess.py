@@ -160,6 +160,15 @@ def test_processes_building_different_collective_graphs_get_a_clear_error(tmp_pa
     assert "built a different graph" in error and "torch.tensor(rank)" in error
 
 
+def test_numbers_that_depend_on_the_rank_give_every_process_one_program(tmp_path):
+    """`x + 1 + 2 * rank` (PyTorch/XLA's torchrun test): rank 0's special 0 was a constant
+    where rank 1 fed its 2 as data, so the processes' programs differed and were refused."""
+    status, results = spawn(tmp_path, "mp.ordinal_arithmetic_worker", devices=2)
+    assert status == "ok", results
+    x_total = [float(v) for v in (torch.arange(2) + 1) * 2 + 2]  # [1, 2] + [3, 4]
+    assert results == {0: [x_total, [0.0] * 3], 1: [x_total, [0.0] * 3]}
+
+
 def test_sys_exit_zero_ends_a_process_normally_and_another_code_fails_the_job(tmp_path):
     assert spawn(tmp_path, "mp.exiting_worker, args=(0,)", devices=2) == (
         "ok", {0: None, 1: None})

@@ -62,6 +62,35 @@ def test_spawn_threads_runs_one_replica_per_device_and_collectives_match_eager()
     assert world_after == 1  # outside the threads the process is one replica again
 
 
+ORDINAL_ARITHMETIC = """
+    import json, torch, torch_xla
+    import torch_xla.core.xla_model as xm
+    from torch_xla._internal import pjrt
+
+    def replica(index):
+        device = torch_xla.device()
+        # Python numbers that depend on the ordinal, 0 or 1 on some replicas (which a
+        # single replica keeps as compile-time constants): one program for all replicas
+        x = torch.arange(2, dtype=torch.int64, device=device) + 1 + 2 * index
+        y = torch.ones(3, device=device) * index - index
+        return [xm.all_reduce(xm.REDUCE_SUM, x).cpu().tolist(),
+                xm.all_reduce(xm.REDUCE_SUM, y).cpu().tolist()]
+
+    print(json.dumps(pjrt.spawn_threads(replica)))
+"""
+
+
+def test_numbers_that_depend_on_the_ordinal_give_every_replica_one_program():
+    """`x + 1 + 2 * rank` (PyTorch/XLA's torchrun test): rank 0 adds the special 0, which
+    one replica keeps as a constant while rank 1 feeds its 2 as data, so the replicas
+    built different programs and the step with collectives was refused."""
+    results = _last_json(run_python(ORDINAL_ARITHMETIC, FOUR))
+    x_total = sum(torch.arange(2) + 1 + 2 * r for r in range(4)).tolist()
+    assert sorted(results) == ["0", "1", "2", "3"]
+    for seen in results.values():
+        assert seen == [x_total, [0.0, 0.0, 0.0]]
+
+
 ERRORS = """
     import json, torch, torch_xla
     import torch_xla.core.xla_model as xm
@@ -73,8 +102,8 @@ ERRORS = """
         xm.all_reduce(xm.REDUCE_SUM, torch.ones(2).to(torch_xla.device())).cpu()
 
     def different_graphs(index):
-        device = torch_xla.device()
-        xm.all_reduce(xm.REDUCE_SUM, torch.ones(2).to(device) * index).cpu()
+        device = torch_xla.device()  # the ordinal baked in as full's fill value
+        xm.all_reduce(xm.REDUCE_SUM, torch.full((2,), index + 1.0, device=device)).cpu()
 
     seen = []
     for fn in (raises_on_two, different_graphs):

@@ -20,7 +20,8 @@ from torch._ops import OpOverload
 from torch_xla import _metrics
 from torch_xla.lazy import dtype_policy, ir, transfer
 from torch_xla.lazy.tensor import XLATensor, device_index, not_xla_error
-from torch_xla.pjrt.client import client
+from torch_xla.pjrt import threads
+from torch_xla.pjrt.client import client, on_start
 
 Value = tuple[ir.Node, int]
 
@@ -188,6 +189,26 @@ LIFTED_FOR = {
 }
 NO_SPECIAL_SCALARS = os.environ.get("XLA_NO_SPECIAL_SCALARS", "0") not in ("", "0")
 SPECIAL_SCALARS = frozenset() if NO_SPECIAL_SCALARS else frozenset({0.0, 1.0, -1.0})
+_NONE: frozenset = frozenset()
+# Replicas (the processes of a job, or replica threads) must record one program: rank 0's
+# `x + 2 * rank` would otherwise keep its 0 as a constant where rank 1 feeds its 2, two
+# programs for one step with collectives. Set when the runtime starts.
+_MULTIPROCESS = False
+
+
+def _note_processes(runtime: Any) -> None:
+    global _MULTIPROCESS
+    _MULTIPROCESS = runtime.process_count() > 1
+
+
+on_start(_note_processes)
+
+
+def special_scalars() -> frozenset:
+    """The numbers kept as compile-time constants (0, 1, -1), none in a replicated job."""
+    if _MULTIPROCESS or threads.replicas() is not None:
+        return _NONE
+    return SPECIAL_SCALARS
 # `Tensor` too: `x / 0.37` reaches the engine as div.Tensor with a Python float.
 _LIFTABLE_TYPES = ("number", "Scalar", "List[number]", "List[Scalar]", "Tensor")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # a larger int stays a constant, as torch's
@@ -220,7 +241,7 @@ def lift_plan(func: OpOverload) -> tuple:
 def _lift_value(v: Any) -> Any:
     kind = type(v)
     if kind is float or kind is int:  # never a bool: True is a flag, not data
-        if v in SPECIAL_SCALARS or (kind is int and not _INT64_MIN <= v <= _INT64_MAX):
+        if v in special_scalars() or (kind is int and not _INT64_MIN <= v <= _INT64_MAX):
             return v
         return Lifted(v)
     if kind is list or kind is tuple:
@@ -237,7 +258,7 @@ def lift(plan: tuple, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
             v = args[i]
             kind = type(v)
             if kind is float:  # inline: most ops on the hot path pass a float or a tensor
-                if v in SPECIAL_SCALARS:
+                if v in special_scalars():
                     continue
                 new = Lifted(v)
             elif kind is int or kind is list or kind is tuple:

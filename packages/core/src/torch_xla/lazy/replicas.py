@@ -258,8 +258,9 @@ def _check_same_program(fingerprint: str) -> None:
 _SAME_GRAPH = (
     "Every replica must record the same graph: pass values that differ per replica (the "
     "ordinal, per-replica counts) as tensors, e.g. torch.tensor(rank).to(device), not as "
-    "Python numbers in ops such as torch.full(..., rank) or x * rank, which are compiled "
-    "into the program."
+    "Python numbers in ops such as torch.full(..., rank) or torch.arange(rank), which are "
+    "compiled into the program (x * rank and x + rank are fine: such numbers are program "
+    "inputs in a replicated job)."
 )
 
 

@@ -350,6 +350,18 @@ def divergent_worker(index: int) -> None:
     xm.all_reduce(xm.REDUCE_SUM, torch.full((2,), index + 1.0, device=xm.xla_device())).cpu()
 
 
+def ordinal_arithmetic_worker(index: int) -> list[list[float]]:
+    """Python numbers that depend on the ordinal (0 or 1 on some processes) in ops before
+    a collective: every process must still build the same program."""
+    import torch_xla.core.xla_model as xm
+
+    device = xm.xla_device()
+    x = torch.arange(2, dtype=torch.int64, device=device) + 1 + 2 * index
+    y = torch.ones(3, device=device) * index - index
+    return [xm.all_reduce(xm.REDUCE_SUM, x).cpu().tolist(),
+            xm.all_reduce(xm.REDUCE_SUM, y).cpu().tolist()]
+
+
 def topology_worker(index: int) -> dict[str, Any]:
     import torch_xla.core.xla_model as xm
     import torch_xla.runtime as xr
