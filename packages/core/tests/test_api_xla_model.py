@@ -234,6 +234,9 @@ def test_do_on_ordinals_and_xla_rendezvous_on_one_replica(device):
     assert xm.xla_rendezvous(b"hi", tag="t") == [b"hi"]
     with pytest.raises(TypeError, match="bytes"):
         xm.xla_rendezvous("text")
+    assert xm.rendezvous("r", bytearray(b"ab")) == [b"ab"]
+    with pytest.raises(TypeError, match="payload must be bytes, not str"):
+        xm.rendezvous("r", "")  # as PyTorch/XLA: refused on one replica too
 
 
 def test_get_memory_info_says_when_the_device_reports_nothing(device):

@@ -648,8 +648,11 @@ def unlazy(tensors: list[torch.Tensor]) -> None:
 def rendezvous(tag: str, payload: bytes = b"", replicas: list[int] | None = None) -> list[bytes]:
     """Wait for the replicas (default: all) to reach `tag`; returns their payloads in the
     order of `replicas` (by ordinal when None). Only the listed replicas call it."""
+    if not isinstance(payload, (bytes, bytearray, memoryview)):
+        raise TypeError(f"rendezvous: payload must be bytes, not {type(payload).__name__}; "
+                        "encode text first, e.g. payload.encode()")
     if xr.world_size() == 1:
-        return [payload]
+        return [bytes(payload)]
     if not replicas or list(replicas) == list(range(xr.world_size())):
         return replica_rendezvous(tag, bytes(payload))  # across threads too
     if xr.world_size() != distributed.process_count():
