@@ -625,13 +625,13 @@ def _xla_dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
     from torch_xla.lazy import jax_call
     from torch_xla.lowering import dtypes, xla_ops
 
-    if precision_config is not None and str(precision_config).lower() not in (
-            "default", "high", "highest"):
+    precision = None if precision_config is None else str(precision_config).upper()
+    if precision not in (None, "DEFAULT", "HIGH", "HIGHEST"):
         raise ValueError(f"_xla_dot_general: precision_config {precision_config!r} is not one "
                          "of 'default', 'high', 'highest'")
     options = {
         "dimension_numbers": xla_ops.dot_dimension_numbers(dimension_numbers),
-        "precision_config": None if precision_config is None else str(precision_config).upper(),
+        "precision_config": precision,
         "preferred_element_type": (None if preferred_element_type is None
                                    else dtypes.to_jax(preferred_element_type)),
     }

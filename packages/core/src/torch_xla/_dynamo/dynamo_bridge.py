@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import copy
 import operator
-import os
 import warnings
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -62,8 +61,8 @@ from torch_xla.pjrt.client import client
 # Debugging output, read once at import as PyTorch/XLA does: XLA_DYNAMO_DEBUG=1 prints each
 # graph the bridge compiles (its code and arguments) and the nodes that fall back to the
 # CPU; PT_XLA_DEBUG=1 the fallback nodes.
-dynamo_debug = os.environ.get("XLA_DYNAMO_DEBUG", "0").lower() in ("1", "true", "yes")
-ptxla_debug = os.environ.get("PT_XLA_DEBUG", "0").lower() in ("1", "true", "yes")
+dynamo_debug = dump.flag("XLA_DYNAMO_DEBUG")
+ptxla_debug = analysis.debug_level() > 0
 
 _SEED = object()  # a program input fed with a fresh RNG seed on every call
 

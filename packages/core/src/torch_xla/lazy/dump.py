@@ -50,7 +50,8 @@ SYNC_WAIT = GET_OPBYOP = SYNC_OPBYOP = FRAMES = False
 READ = False  # whether the first sync has read the variables
 
 
-def _flag(name: str) -> bool:
+def flag(name: str) -> bool:
+    """Whether debugging variable `name` is set to anything but 0 or false."""
     return os.environ.get(name, "0") not in ("", "0", "false", "False")
 
 
@@ -67,8 +68,8 @@ def configure(at_sync: bool = False) -> None:
         )
     SAVE_FILE, SAVE_FORMAT = save_file, save_format
     METRICS_FILE = os.environ.get("XLA_METRICS_FILE") or None
-    SYNC_WAIT, GET_OPBYOP = _flag("XLA_SYNC_WAIT"), _flag("GET_TENSORS_OPBYOP")
-    SYNC_OPBYOP = _flag("SYNC_TENSORS_OPBYOP")
+    SYNC_WAIT, GET_OPBYOP = flag("XLA_SYNC_WAIT"), flag("GET_TENSORS_OPBYOP")
+    SYNC_OPBYOP = flag("SYNC_TENSORS_OPBYOP")
     FRAMES = ir.IR_DEBUG or os.environ.get("XLA_HLO_DEBUG", "0") not in ("", "0")
     READ = at_sync
 
@@ -154,7 +155,7 @@ def hlo_text(lowered: Any) -> str:
     its tests match with regular expressions. With XLA_DUMP_POST_OPTIMIZATIONS=1 the
     module XLA compiles it to instead (after its passes: SPMD partitioning adds the
     collectives a sharded graph needs)."""
-    if _flag("XLA_DUMP_POST_OPTIMIZATIONS"):  # read on each call: a debugging aid
+    if flag("XLA_DUMP_POST_OPTIMIZATIONS"):  # read on each call: a debugging aid
         text = lowered.compile().as_text()
         return spmd.explicit_device_lists(_PARAMETER.sub(r"p\1.\2", text))
     # Without locations, XLA names each instruction after its opcode, not jax's op name.

@@ -209,6 +209,8 @@ def special_scalars() -> frozenset:
     if _MULTIPROCESS or threads.replicas() is not None:
         return _NONE
     return SPECIAL_SCALARS
+
+
 # `Tensor` too: `x / 0.37` reaches the engine as div.Tensor with a Python float.
 _LIFTABLE_TYPES = ("number", "Scalar", "List[number]", "List[Scalar]", "Tensor")
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1  # a larger int stays a constant, as torch's
