@@ -926,7 +926,7 @@ def _lowered(tensors: list) -> Any:
     from torch_xla.lazy import compiler, dtype_policy, ir, manual, replicas
 
     order, position, leaves, values = _pending_graph(tensors)
-    fn = compiler.graph_function(order, position, leaves, values)
+    fn = compiler.graph_function(order, position, leaves, values, exported=True)
     # a leaf without a value (a placeholder to trace with) lowers from its shape alone
     args = [jax.ShapeDtypeStruct(leaf.avals[0][0], dtype_policy.STORAGE[leaf.avals[0][1]])
             if isinstance(leaf, ir.NoBuffer) else leaf.array for leaf in leaves]

@@ -14,6 +14,8 @@ graph under its user outputs is lowered as one JAX function whose arguments are 
 leaves (in the program's order: parameters, buffers, constants, user inputs; only those
 the graph reads) and whose other leaves are constants of the module. An op the engine
 cannot lower (one that would run on the CPU) makes the export fail with its name.
+Patterns marked with `torch.ops.xla.mark_tensor` (`StableHLOCompositeBuilder`) become
+`stablehlo.composite` ops (`lazy/composite.py`; docs/guide/export.md).
 
 The folder holds what PyTorch/XLA's does: `functions/<name>.meta` (JSON of
 `StableHLOFunctionMeta`), `.bytecode` (StableHLO bytecode) and `.mlir` (text),
@@ -341,7 +343,7 @@ def exported_program_to_stablehlo(exported_model: ExportedProgram,
             "StableHLOExportOptions: custom_ops_allowed_in_graph and export_node_metadata "
             "(PyTorch/XLA's custom calls and MLIR locations) are not supported; leave "
             "them at their defaults.")
-    exported = exported_model.run_decompositions()
+    exported = _run_decompositions(exported_model)
     args, kwargs = _user_inputs(exported, options)
     flat_user, in_spec = pytree.tree_flatten((args, kwargs))
     if in_spec != exported.call_spec.in_spec:
@@ -372,6 +374,12 @@ def exported_program_to_stablehlo(exported_model: ExportedProgram,
     return StableHLOGraphModule(StableHLOModelBundle(state, constants, [func]))
 
 
+def _run_decompositions(exported_model: ExportedProgram) -> ExportedProgram:
+    """The program decomposed to the core ATen ops the engine lowers (torch's default
+    table; custom ops such as `xla::mark_tensor` stay as they are)."""
+    return exported_model.run_decompositions()
+
+
 def _lower(exported: ExportedProgram, arguments: list[_Argument | None], values: list,
            options: StableHLOExportOptions) -> tuple[StableHLOFunc, list[np.ndarray]]:
     """Trace the program on the engine and lower the graph of its user outputs."""
@@ -400,7 +408,7 @@ def _lower(exported: ExportedProgram, arguments: list[_Argument | None], values:
         raise RuntimeError("StableHLO export supports programs whose outputs are tensors")
     roots = [functional.unwrap(r).value for r in results]
     order, position, leaves, _ = graph.walk(roots)
-    fn = compiler.graph_function(order, position, leaves, roots)
+    fn = compiler.graph_function(order, position, leaves, roots, exported=True)
 
     used = sorted({leaf_of[id(leaf)] for leaf in leaves if id(leaf) in leaf_of})
     constants: list[np.ndarray] = []

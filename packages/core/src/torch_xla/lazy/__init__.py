@@ -7,6 +7,7 @@ Modules, bottom-up (each imports only those above it in this list):
   dtype_policy  the storage dtype of each torch dtype (XLA_USE_BF16 & co, plugin policy)
   transfer      host <-> device copies
   nodes         building values: device data, engine nodes, lifted scalars
+  composite     marked patterns (xla::mark_tensor): grouping a graph into composite regions
   functional    the functionalization wrapper users hold
   jax_call      a JAX function called on XLA tensors, recorded as one node (xb.call_jax)
   sharding      SPMD layouts of tensors: resharded data, sharding constraints, tiles

@@ -18,7 +18,8 @@ from typing import Any
 import jax
 
 from torch_xla import _metrics
-from torch_xla.lazy import analysis, dtype_policy, dump, ir, manual, replicas
+from torch_xla.lazy import analysis, composite, dtype_policy, dump, ir, manual, replicas
+from torch_xla.lowering import composite as composite_lowering
 from torch_xla.lowering import policy
 from torch_xla.pjrt import spmd
 from torch_xla.pjrt.client import TRACE_EXECUTE, client
@@ -174,14 +175,16 @@ def _rebuild(template: Any, ins: list) -> Any:
 class _Step:
     """What a compiled graph needs of one node."""
 
-    __slots__ = ("op", "rule", "template", "avals", "in_avals", "location", "refs", "name")
+    __slots__ = ("op", "rule", "template", "avals", "in_avals", "location", "refs", "name",
+                 "key")
 
-    def __init__(self, node: ir.Node, refs: list) -> None:
+    def __init__(self, node: ir.Node, refs: list, key: int = -1) -> None:
         self.op, self.rule, self.template = node.op, node.rule, node.template
         self.avals, self.location = node.avals, node.location
         self.in_avals = [n.avals[i] for n, i in node.inputs]
         self.refs = refs
         self.name = metadata_name(node)
+        self.key = key  # its position, where a graph with composites keys its values
 
 
 def metadata_name(node: ir.Node) -> str | None:
@@ -240,8 +243,21 @@ def _check(step: _Step, out: Any, aval: Any) -> Any:
     return out if out.dtype == wanted else out.astype(wanted)
 
 
-def graph_function(order: list, position: dict, leaves: list, values: list) -> Callable:
-    """`fn(*leaf arrays) -> tuple of the values' arrays`, the graph as one JAX function."""
+def graph_function(order: list, position: dict, leaves: list, values: list,
+                   exported: bool = False) -> Callable:
+    """`fn(*leaf arrays) -> tuple of the values' arrays`, the graph as one JAX function.
+    Each marked pattern (`composite.py`) is one `stablehlo.composite`. Marks that enclose
+    no region (a `CompositeError`) are an error when the program is shown or `exported`;
+    a program that runs takes them as identities instead, since a sync between a
+    pattern's marks splits it (as eager mode does every op) and a composite never
+    changes a number."""
+    try:
+        regions = composite.find(order)
+        if regions:
+            return _function_with_composites(position, leaves, values, regions)
+    except composite.CompositeError:
+        if exported:
+            raise
     leaf_index = {id(leaf): k for k, leaf in enumerate(leaves)}
     steps: list = []
     for n in order:
@@ -259,6 +275,61 @@ def graph_function(order: list, position: dict, leaves: list, values: list) -> C
             else:
                 env.append(_lower_node(step, [env[p][i] for p, i in step.refs]))
         return tuple(env[p][i] for p, i in roots)
+
+    return graph_fn
+
+
+class _Composite:
+    """What a compiled graph needs of one marked region: its work, in order (steps and
+    nested composites), and the keys of its operands and results."""
+
+    __slots__ = ("name", "decomposition", "attributes", "operands", "results", "units")
+
+    def __init__(self, region: composite.Region, position: dict) -> None:
+        self.name, self.decomposition = region.name, region.decomposition
+        self.attributes = region.attributes
+        self.operands = _keys(region.operands, position)
+        self.results = _keys(region.results, position)
+        self.units = _units(composite.schedule(region, region.children, region.results),
+                            position)
+
+    def body(self, *arrays: Any) -> list:
+        env = dict(zip(self.operands, arrays, strict=True))
+        _evaluate(self.units, env)
+        return [env[k] for k in self.results]
+
+
+def _keys(values: list, position: dict) -> list[tuple[int, int]]:
+    return [(position[id(n)], i) for n, i in values]
+
+
+def _units(scheduled: list, position: dict) -> list:
+    """Nodes as steps and regions as composites, holding no node (nor device buffer)."""
+    return [_Composite(u, position) if type(u) is composite.Region
+            else _Step(u, _keys(u.inputs, position), position[id(u)]) for u in scheduled]
+
+
+def _evaluate(units: list, env: dict) -> None:
+    for unit in units:
+        if type(unit) is _Composite:
+            outs = composite_lowering.call(unit.body, [env[k] for k in unit.operands],
+                                           unit.name, unit.decomposition, unit.attributes)
+            env.update(zip(unit.results, outs, strict=True))
+        else:
+            for i, out in enumerate(_lower_node(unit, [env[k] for k in unit.refs])):
+                env.setdefault((unit.key, i), out)  # a region's result stays its own
+
+
+def _function_with_composites(position: dict, leaves: list, values: list,
+                              regions: list) -> Callable:
+    leaf_keys = [(position[id(leaf)], 0) for leaf in leaves]
+    units = _units(composite.schedule(None, regions, values), position)
+    roots = _keys(values, position)
+
+    def graph_fn(*arrays):
+        env = dict(zip(leaf_keys, arrays, strict=True))
+        _evaluate(units, env)
+        return tuple(env[k] for k in roots)
 
     return graph_fn
 
