@@ -387,6 +387,110 @@ print("ok")
     assert out.strip().endswith("ok")
 
 
+def test_a_sharded_tensor_describes_its_layout_as_dtensor_does():
+    """`_spec`, `placements`, `device_mesh` name the layout mark_sharding/distribute_tensor
+    gave (axis names, permuted ids, a dim over two axes); op results have none, and say so;
+    `redistribute` and `wrap_as_sharded_tensor` lay the tensor out anew, so what they
+    record stays true of the data."""
+    out = run_spmd("""
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Partial, Replicate, Shard, distribute_tensor
+from torch.distributed.tensor._dtensor_spec import ShardOrderEntry
+torch.manual_seed(0)
+t = torch.randn(8, 4)
+mesh = DeviceMesh("xla", np.arange(n).reshape(2, 2).tolist(), mesh_dim_names=("a", "b"))
+d = distribute_tensor(t, mesh, [Shard(1), Replicate()])
+assert d.placements == (Shard(1), Replicate()) and d.device_mesh is mesh
+assert d._spec is d._spec and d._spec.tensor_meta.shape == t.shape
+assert (d.mesh_shape, d.partition_spec) == ((2, 2), (None, 0))
+
+ids = [3, 1, 2, 0]
+m = xs.Mesh(ids, (2, 2), ("x", "y"))
+w = xs.mark_sharding(t.to("xla"), m, (("x", "y"), None))
+assert w.placements == (Shard(0), Shard(0)), w.placements
+assert w._spec.shard_order == (ShardOrderEntry(tensor_dim=0, mesh_dims=(0, 1)),)
+assert w.device_mesh.mesh.flatten().tolist() == ids
+assert w.device_mesh.mesh_dim_names == ("x", "y")
+w2 = xs.mark_sharding(t.to("xla"), m, (None, ("y", "x")))
+assert w2._spec.shard_order == (ShardOrderEntry(tensor_dim=1, mesh_dims=(1, 0)),)
+
+r = d + 1  # XLA's partitioner chooses a result's layout: none is recorded
+expect_error(lambda: r._spec, ValueError, "mesh_shape", "wrap_as_sharded_tensor")
+expect_error(lambda: r.placements, ValueError, "placements")
+
+# redistribute: the data is laid out anew and keeps its values; async_op leaves the original
+mesh1 = xs.Mesh(np.arange(n), (n,))
+s = xs.mark_sharding(t.to("xla"), mesh1, (0, None))
+assert s.redistribute(mesh1, [Shard(1)]) is s and s.partition_spec == (None, 0)
+torch_xla.sync()
+assert torch_xla._XLAC._get_xla_sharding_spec(s.global_tensor) == "{devices=[1,4]0,1,2,3}"
+assert torch.equal(s.cpu(), t)
+c = s.redistribute(mesh1, [Replicate()], async_op=True)
+torch_xla.sync()
+assert c.global_tensor is not s.global_tensor and c.placements == (Replicate(),)
+assert torch_xla._XLAC._get_xla_sharding_spec(c.global_tensor) == "{replicated}"
+assert torch_xla._XLAC._get_xla_sharding_spec(s.global_tensor) == "{devices=[1,4]0,1,2,3}"
+assert torch.equal(c.cpu(), t)
+expect_error(lambda: s.redistribute(mesh1, [Shard(2)]), IndexError, "has 2 dims")
+expect_error(lambda: s.redistribute(mesh1, [Shard(0), Shard(1)]), ValueError, "one per mesh dim")
+expect_error(lambda: s.redistribute(mesh1, [Partial()]), NotImplementedError, "Partial")
+
+# wrap_as_sharded_tensor with a layout lays an XLA tensor out that way
+u = xs.wrap_as_sharded_tensor(t.to("xla"), mesh_shape=(2, 2), partition_spec=(0, 1))
+torch_xla.sync()
+assert torch_xla._XLAC._get_xla_sharding_spec(u.global_tensor) == "{devices=[2,2]0,1,2,3}"
+assert u.placements == (Shard(0), Shard(1)) and torch.equal(u.cpu(), t)
+print("ok")
+""")
+    assert out.strip().endswith("ok")
+
+
+def test_a_sharded_tensor_passes_gradients_to_what_it_wraps():
+    """A wrapper of a tensor that requires grad passes gradients into it (`to_local()` is
+    that tensor); `requires_grad=True` on one that does not makes a fresh leaf. Reference:
+    the gradient of sum(x * x) in eager PyTorch on the CPU."""
+    out = run_spmd("""
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.tensor import Shard
+mesh = DeviceMesh("xla", list(range(n)))
+x = torch.randn(8, 4)
+ref = x.clone().requires_grad_()
+(ref * ref).sum().backward()
+leaf = x.to("xla").requires_grad_()
+w = xs.XLAShardedTensor(leaf, mesh, [Shard(0)])
+assert w.requires_grad and w.placements == (Shard(0),) and w.to_local() is leaf
+(w * w).sum().backward()
+assert torch.allclose(w.to_local().grad.cpu(), ref.grad) and torch.allclose(w.grad.cpu(), ref.grad)
+fresh = xs.XLAShardedTensor(x.to("xla"), requires_grad=True)
+fresh.sum().backward()
+assert torch.equal(fresh.grad.cpu(), torch.ones_like(x))
+frozen = xs.XLAShardedTensor(x.to("xla").requires_grad_(), requires_grad=False)
+assert not frozen.requires_grad and not frozen.to_local().requires_grad
+print("ok")
+""")
+    assert out.strip().endswith("ok")
+
+
+def test_a_marked_placeholder_is_a_sharded_parameter_of_the_traced_graph():
+    """mark_sharding on a placeholder copies nothing: the program parameter it stands for
+    gets the sharding, and reading it still says there is no value."""
+    out = run_spmd("""
+from torch_xla.core.xla_builder import create_placeholder_tensor
+mesh = xs.Mesh(np.arange(n), (2, 2), ("x", "y"))
+p = create_placeholder_tensor((8, 4), torch.float32)
+xs.mark_sharding(p, mesh, ("x", "y"))
+assert torch_xla._XLAC._is_placeholder(p)
+assert torch_xla._XLAC._get_xla_sharding_spec(p) == "{devices=[2,2]0,1,2,3}"
+hlo = torch_xla._XLAC._get_xla_tensors_hlo([torch.sin(p)])
+params = [l for l in hlo.splitlines() if "parameter(0)" in l]
+assert len(params) == 1 and "sharding={devices=[2,2]0,1,2,3}" in params[0], hlo
+assert not met.metric_data("TransferToDeviceTime")
+expect_error(lambda: p.cpu(), RuntimeError, "no value to read")
+print("ok")
+""")
+    assert out.strip().endswith("ok")
+
+
 def test_shards_round_trip_through_the_host():
     out = run_spmd("""
 mesh = xs.Mesh(np.arange(n), (n,))

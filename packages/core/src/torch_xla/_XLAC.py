@@ -927,8 +927,10 @@ def _lowered(tensors: list) -> Any:
 
     order, position, leaves, values = _pending_graph(tensors)
     fn = compiler.graph_function(order, position, leaves, values, exported=True)
-    # a leaf without a value (a placeholder to trace with) lowers from its shape alone
-    args = [jax.ShapeDtypeStruct(leaf.avals[0][0], dtype_policy.STORAGE[leaf.avals[0][1]])
+    # a leaf without a value (a placeholder to trace with) lowers from its shape alone,
+    # with the sharding it was marked with
+    args = [jax.ShapeDtypeStruct(leaf.avals[0][0], dtype_policy.STORAGE[leaf.avals[0][1]],
+                                 sharding=leaf.annotated or None)
             if isinstance(leaf, ir.NoBuffer) else leaf.array for leaf in leaves]
     world = _collective_world(order)
     if world is None:

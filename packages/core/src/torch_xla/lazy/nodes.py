@@ -49,8 +49,9 @@ class Placeholder(ir.NoBuffer):
 
     __slots__ = ()
 
-    def __init__(self, aval: ir.Aval, device: int) -> None:
+    def __init__(self, aval: ir.Aval, device: int, sharding: Any = None) -> None:
         super().__init__("xla::device_data", aval, device)
+        self.annotated = sharding or False  # the layout of the parameter it stands for
 
     def missing(self) -> Exception:
         return RuntimeError(

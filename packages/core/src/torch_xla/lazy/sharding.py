@@ -117,6 +117,9 @@ def annotate(t: XLATensor, sharding: Any, refuse_other: bool = False) -> None:
     check_spmd("Sharding a tensor")
     node, index = t._node, t._index
     aval = node.avals[index]
+    if isinstance(node, nodes.Placeholder):  # no data to lay out: the parameter's layout
+        t._set(nodes.Placeholder(aval, node.device, sharding))
+        return
     if node.rule is None:
         if refuse_other and _refused(node, sharding):
             return

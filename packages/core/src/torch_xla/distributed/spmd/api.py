@@ -23,6 +23,7 @@ from torch.distributed.tensor.placement_types import Placement, Replicate
 
 from torch_xla import runtime as xr
 from torch_xla.distributed.spmd.mesh import Mesh, ShardingType
+from torch_xla.distributed.spmd.placements import to_partition_spec, xla_mesh
 from torch_xla.distributed.spmd.xla_sharded_tensor import XLAShardedTensor
 from torch_xla.distributed.spmd.xla_sharding import mark_sharding
 
@@ -45,16 +46,7 @@ def convert_to_xla_mesh(dt_mesh: DeviceMesh) -> Mesh:
     (1, 4)
     """
     _spmd()
-    if dt_mesh.device_type != "xla":
-        raise ValueError(f"convert_to_xla_mesh: the DeviceMesh is of device type "
-                         f"{dt_mesh.device_type!r}; make it with DeviceMesh('xla', ...) or "
-                         "init_device_mesh('xla', shape).")
-    devices = xr.global_runtime_device_count()
-    if dt_mesh.size() != devices:
-        raise ValueError(f"convert_to_xla_mesh: the DeviceMesh spans {dt_mesh.size()} devices, "
-                         f"but the job has {devices} (xr.global_runtime_device_count()).")
-    ids = dt_mesh.mesh
-    return Mesh(ids.flatten().tolist(), tuple(ids.size()), dt_mesh.mesh_dim_names)
+    return xla_mesh(dt_mesh, "convert_to_xla_mesh")
 
 
 def convert_to_xla_partition_spec(tensor: torch.Tensor, placements: Sequence[Placement]
@@ -68,18 +60,7 @@ def convert_to_xla_partition_spec(tensor: torch.Tensor, placements: Sequence[Pla
     (1, None, None)
     """
     _spmd()
-    axes: list[list[int]] = [[] for _ in tensor.shape]
-    for mesh_dim, placement in enumerate(placements):
-        if placement.is_shard():
-            dim = placement.dim
-            if not -tensor.dim() <= dim < tensor.dim():
-                raise ValueError(f"Placement {placement} on mesh dim {mesh_dim} names dim {dim}, "
-                                 f"but the tensor has {tensor.dim()} dims.")
-            axes[dim % tensor.dim()].append(mesh_dim)
-        elif not placement.is_replicate():
-            raise ValueError(f"Unsupported placement type: {type(placement).__name__} (on mesh "
-                             f"dim {mesh_dim}); the xla device supports Shard and Replicate.")
-    return tuple(None if not a else a[0] if len(a) == 1 else tuple(a) for a in axes)
+    return to_partition_spec(tensor.dim(), placements, "convert_to_xla_partition_spec")
 
 
 def xla_distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh,
@@ -92,7 +73,7 @@ def xla_distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh,
     >>> t = distribute_tensor(torch.randn(8, 4), mesh, [Shard(0)])   # each device: 2 rows
     """
     _spmd()
-    xla_mesh = convert_to_xla_mesh(device_mesh)
+    mesh = convert_to_xla_mesh(device_mesh)
     if placements is None:
         placements = [Replicate() for _ in range(device_mesh.ndim)]
     if len(placements) != device_mesh.ndim:
@@ -113,7 +94,9 @@ def xla_distribute_tensor(tensor: torch.Tensor, device_mesh: DeviceMesh,
                          "initialize it).")
     if tensor.device.type != "xla":
         tensor = tensor.to(device_mesh.device_type)
-    return mark_sharding(tensor, xla_mesh, convert_to_xla_partition_spec(tensor, placements))
+    out = mark_sharding(tensor, mesh, convert_to_xla_partition_spec(tensor, placements))
+    out.set_layout(device_mesh, placements)  # its `_spec` names the caller's DeviceMesh
+    return out
 
 
 def xla_distribute_module(module: nn.Module, device_mesh: DeviceMesh | None = None,

@@ -267,6 +267,31 @@ def get_global_mesh() -> Mesh | None:
     return _global_mesh
 
 
+def job_mesh(mesh: Mesh | None, what: str) -> Mesh:
+    """`mesh` (the global mesh when None), checked to span every device of the job."""
+    mesh = get_global_mesh() if mesh is None else mesh
+    if mesh is None:
+        raise ValueError(f"{what}: no mesh given and no global mesh set "
+                         "(xs.set_global_mesh(mesh)).")
+    devices = len(client().global_devices)
+    if mesh.size() != devices:
+        raise ValueError(f"{what}: mesh {mesh.mesh_shape} spans {mesh.size()} devices, but "
+                         f"the job has {devices} (xr.global_runtime_device_count()).")
+    return mesh
+
+
+def spec_sharding(mesh: Mesh, partition_spec: PartitionSpec, shape: Sequence[int], what: str
+                ) -> Any:
+    """The sharding `partition_spec` names on `mesh` for a tensor of `shape`, checked to
+    give one entry per dim."""
+    partition_spec = tuple(partition_spec)
+    if len(shape) != len(partition_spec):
+        raise ValueError(f"{what}: partition spec {partition_spec} has {len(partition_spec)} "
+                         f"entries, but the tensor has {len(shape)} dims (shape "
+                         f"{tuple(shape)}): give one entry per dim.")
+    return mesh.get_op_sharding(partition_spec)
+
+
 class HybridMesh(Mesh):
     """A mesh laid out for the network: `ici_mesh_shape` over the fast links inside a slice,
     `dcn_mesh_shape` over the data-center network between slices (both ordered by

@@ -25,35 +25,22 @@ from torch_xla.distributed.spmd.mesh import (  # noqa: F401 (upstream's names he
     ShardingType,
     get_1d_mesh,
     get_global_mesh,
+    job_mesh,
     set_global_mesh,
+    spec_sharding,
 )
-from torch_xla.distributed.spmd.xla_sharded_tensor import XLAShardedTensor, sharding_type
+from torch_xla.distributed.spmd.xla_sharded_tensor import (
+    XLAShardedTensor,
+    on_device,
+    relayout,
+    sharding_type,
+    unwrap_sharded_tensor,
+)
 from torch_xla.lazy import dispatch, functional, manual, sharding
 from torch_xla.lazy.special import optimization_barrier_
 from torch_xla.lazy.tensor import XLATensor
 from torch_xla.lowering.manual import MANUAL, ManualSharding
 from torch_xla.pjrt.client import client
-
-
-def _xla_tensor(t: torch.Tensor, what: str) -> torch.Tensor:
-    t = unwrap_sharded_tensor(t)
-    if not isinstance(t, torch.Tensor) or t.device.type != "xla":
-        where = t.device if isinstance(t, torch.Tensor) else type(t).__name__
-        raise TypeError(f"{what}: expected a tensor on the XLA device, got one on {where}; "
-                        "move it first with `t.to(torch_xla.device())`.")
-    return t
-
-
-def _checked_mesh(mesh: Mesh | None, what: str) -> Mesh:
-    mesh = get_global_mesh() if mesh is None else mesh
-    if mesh is None:
-        raise ValueError(f"{what}: no mesh given and no global mesh set "
-                         "(xs.set_global_mesh(mesh)).")
-    devices = len(client().global_devices)
-    if mesh.size() != devices:
-        raise ValueError(f"{what}: mesh {mesh.mesh_shape} spans {mesh.size()} devices, but "
-                         f"the job has {devices} (xr.global_runtime_device_count()).")
-    return mesh
 
 
 def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: PartitionSpec
@@ -67,10 +54,10 @@ def mark_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: PartitionSpec
     >>> xs.mark_sharding(linear.weight, mesh, (None, "model"))
     """
     sharding.check_spmd("xs.mark_sharding")
-    mesh = _checked_mesh(mesh, "xs.mark_sharding")
-    target = _xla_tensor(t, "xs.mark_sharding")
-    sharding.mark(target, _spec_layout(mesh, partition_spec, target, "xs.mark_sharding"))
-    return wrap_as_sharded_tensor(t)
+    mesh = job_mesh(mesh, "xs.mark_sharding")
+    target = on_device(t, "xs.mark_sharding")
+    sharding.mark(target, spec_sharding(mesh, partition_spec, target.shape, "xs.mark_sharding"))
+    return _with_layout(t, mesh, partition_spec)
 
 
 def annotate_custom_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: PartitionSpec
@@ -83,26 +70,13 @@ def annotate_custom_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Partit
     >>> xs.mark_sharding(t, mesh_a, (0, 1))             # t's data split as (0, 1)
     >>> xs.annotate_custom_sharding(t, mesh_b, (0, 1))  # laid out anew inside the step
     """
-    sharding.check_spmd("xs.annotate_custom_sharding")
-    mesh = _checked_mesh(mesh, "xs.annotate_custom_sharding")
-    target = _xla_tensor(t, "xs.annotate_custom_sharding")
-    layout = _spec_layout(mesh, partition_spec, target, "xs.annotate_custom_sharding")
-    sharding.mark_custom(target, layout)
-    return wrap_as_sharded_tensor(t)
-
-
-def _spec_layout(mesh: Mesh, partition_spec: PartitionSpec, t: torch.Tensor, what: str) -> Any:
-    partition_spec = tuple(partition_spec)
-    if len(t.shape) != len(partition_spec):
-        raise ValueError(f"{what}: partition spec {partition_spec} has {len(partition_spec)} "
-                         f"entries, but the tensor has {len(t.shape)} dims (shape "
-                         f"{tuple(t.shape)}): give one entry per dim.")
-    return mesh.get_op_sharding(partition_spec)
+    relayout(t, mesh, partition_spec, "xs.annotate_custom_sharding")
+    return _with_layout(t, job_mesh(mesh, "xs.annotate_custom_sharding"), partition_spec)
 
 
 def clear_sharding(t: torch.Tensor) -> torch.Tensor:
     """Drop `t`'s sharding annotation (its data becomes replicated); returns the tensor."""
-    target = _xla_tensor(t, "xs.clear_sharding")
+    target = on_device(t, "xs.clear_sharding")
     sharding.forget(target)
     sharding.relayout(target, sharding.clear)
     return unwrap_sharded_tensor(t)
@@ -122,7 +96,7 @@ def enable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec, *,
     >>> xx.shape
     torch.Size([8, 2])
     """
-    mesh = _checked_mesh(mesh, "xs.enable_manual_sharding")
+    mesh = job_mesh(mesh, "xs.enable_manual_sharding")
     marked = mark_sharding(unwrap_sharded_tensor(t), mesh, partition_spec)
     inner = functional.unwrap(unwrap_sharded_tensor(marked))
     return wrap_as_sharded_tensor(functional.wrap(manual.full_to_shard(inner)))
@@ -133,7 +107,7 @@ def disable_manual_sharding(t: torch.Tensor, partition_spec: PartitionSpec,
                             ) -> XLAShardedTensor:
     """Close a manual region: the global tensor of `full_shape` whose shards, laid out as
     `partition_spec` on `mesh`, are `t` (one per device)."""
-    mesh = _checked_mesh(mesh, "xs.disable_manual_sharding")
+    mesh = job_mesh(mesh, "xs.disable_manual_sharding")
     partition_spec = tuple(partition_spec)
     if len(partition_spec) != len(full_shape):
         raise ValueError(f"xs.disable_manual_sharding: partition spec {partition_spec} has "
@@ -155,7 +129,7 @@ def _mark_manual_sharding(t: torch.Tensor) -> XLAShardedTensor:
 
 
 def mark_manual(t: torch.Tensor) -> None:
-    sharding.relayout(_xla_tensor(t, "xs._mark_manual_sharding"), manual.mark_manual)
+    sharding.relayout(on_device(t, "xs._mark_manual_sharding"), manual.mark_manual)
 
 
 def check_manual(found: Any, what: str) -> None:
@@ -254,7 +228,7 @@ class _ShardAlike(torch.autograd.Function):
 
 
 def _shard_alike_pair(x: torch.Tensor, y: torch.Tensor) -> tuple:
-    inner = [functional.unwrap(_xla_tensor(t, "xs.shard_as")) for t in (x, y)]
+    inner = [functional.unwrap(on_device(t, "xs.shard_as")) for t in (x, y)]
     return tuple(functional.wrap(t) for t in sharding.shard_like(*inner))
 
 
@@ -284,12 +258,28 @@ def shard_as(a: Any, b: Any) -> tuple[Any, Any]:
     return tree_unflatten(out_a, a_tree), tree_unflatten(out_b, b_tree)
 
 
-def wrap_as_sharded_tensor(t: torch.Tensor) -> XLAShardedTensor:
-    return t if isinstance(t, XLAShardedTensor) else XLAShardedTensor(t)
+def wrap_as_sharded_tensor(t: torch.Tensor, mesh_shape: Any = None,
+                           partition_spec: Any = None) -> XLAShardedTensor:
+    """`t` as an `XLAShardedTensor` (itself if it is one), with the layout given: an XLA
+    tensor given a mesh shape (or mesh) and partition spec other than the recorded ones
+    is laid out anew from the next program on (as `annotate_custom_sharding`), so that
+    its recorded layout stays true; a tensor elsewhere only records them."""
+    wrapped = t if isinstance(t, XLAShardedTensor) else XLAShardedTensor(t)
+    if mesh_shape is None and partition_spec is None:
+        return wrapped
+    before = (wrapped.mesh_shape, wrapped.partition_spec)
+    wrapped.set_layout(mesh_shape, partition_spec)
+    if wrapped.device.type == "xla" and (wrapped.mesh_shape, wrapped.partition_spec) != before:
+        relayout(wrapped.global_tensor, wrapped._layout_mesh(), wrapped.partition_spec,
+                 "xs.wrap_as_sharded_tensor")
+    return wrapped
 
 
-def unwrap_sharded_tensor(t: Any) -> Any:
-    return t.global_tensor if isinstance(t, XLAShardedTensor) else t
+def _with_layout(t: torch.Tensor, mesh: Mesh, partition_spec: PartitionSpec
+                 ) -> XLAShardedTensor:
+    wrapped = t if isinstance(t, XLAShardedTensor) else XLAShardedTensor(t)
+    wrapped.set_layout(mesh, partition_spec)
+    return wrapped
 
 
 def wrap_if_sharded(x: Any) -> Any:
