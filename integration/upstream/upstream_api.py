@@ -316,6 +316,12 @@ MODULES: dict[str, Module] = {
             "GradientAccumulationContext", "XlaBuildHelper", "gradient_accumulation",
         ),
     ),
+    "torch_xla.experimental.mark_pattern_utils": Module(
+        "torch_xla/experimental/mark_pattern_utils.py",
+        (
+            "StableHLOCompositeBuilder",
+        ),
+    ),
     "torch_xla.experimental.plugins": Module(
         "torch_xla/experimental/plugins.py",
         (
@@ -327,6 +333,19 @@ MODULES: dict[str, Module] = {
         "torch_xla/experimental/spmd_fully_sharded_data_parallel.py",
         (
             "SpmdFullyShardedDataParallel",
+        ),
+    ),
+    "torch_xla.experimental.xla_marker": Module(
+        "torch_xla/experimental/xla_marker.py",
+        (
+            "BoundaryMetadata", "BoundaryMetadataSerializer", "deserialize_composite_attr",
+            "mark_tensor", "mark_tensor_meta", "mark_tensor_xla", "serialize_composite_attr",
+        ),
+    ),
+    "torch_xla.experimental.xla_quantized_matmul": Module(
+        "torch_xla/experimental/xla_quantized_matmul.py",
+        (
+            "XlaQuantizedLinear", "quantized_matmul", "quantized_matmul_xla",
         ),
     ),
     "torch_xla.runtime": Module(
@@ -368,6 +387,13 @@ MODULES: dict[str, Module] = {
         "torch_xla/utils/serialization.py",
         (
             "TensorReference", "load", "save",
+        ),
+    ),
+    "torch_xla.utils.stablehlo_test_utils": Module(
+        "torch_xla/utils/stablehlo_test_utils.py",
+        (
+            "compare_exported_program_and_saved_model_result", "has_tf_package",
+            "load_save_model_and_inference", "wrap_func_as_nn_module",
         ),
     ),
     "torch_xla.utils.utils": Module(

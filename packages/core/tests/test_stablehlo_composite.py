@@ -8,6 +8,7 @@ Reference for every number: the same function eager on the CPU (where the mark i
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -379,3 +380,11 @@ def test_attribute_kinds():
 
 def test_has_tf_package_answers_without_importing():
     assert isinstance(has_tf_package(), bool)
+
+
+def test_boundary_metadata_serializes_as_json():
+    meta = xla_marker.BoundaryMetadata("test.p", 1, "7", False, {"k": 2})
+    assert json.loads(json.dumps(meta, cls=xla_marker.BoundaryMetadataSerializer)) == {
+        "name": "test.p", "pos": 1, "id": "7", "is_input": False, "attr": {"k": 2}}
+    with pytest.raises(TypeError):
+        json.dumps(object(), cls=xla_marker.BoundaryMetadataSerializer)

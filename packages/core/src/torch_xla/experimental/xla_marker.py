@@ -18,20 +18,44 @@ makes the calls for you.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
 import torch
 import torch._dynamo as torchdynamo
 
+from torch_xla.core.xla_model import XLA_LIB
 from torch_xla.lazy import composite, dispatch
 from torch_xla.lowering.composite import attribute_kind
 
-__all__ = ["assert_valid_composite_attr", "deserialize_composite_attr",
+__all__ = ["BoundaryMetadata", "BoundaryMetadataSerializer", "assert_valid_composite_attr",
+           "deserialize_composite_attr", "mark_tensor", "mark_tensor_meta", "mark_tensor_xla",
            "serialize_composite_attr"]
 
-_LIB = torch.library.Library("xla", "FRAGMENT")  # the namespace is PyTorch/XLA's XLA_LIB
-_LIB.define("mark_tensor(Tensor x, str name, int pos, str id, bool is_input, "
-            "Any? attr=None) -> Tensor")
+XLA_LIB.define("mark_tensor(Tensor x, str name, int pos, str id, bool is_input, "
+               "Any? attr=None) -> Tensor")
+
+
+@dataclasses.dataclass
+class BoundaryMetadata:
+    """One mark: the pattern's name, the marked tensor's position among its inputs (or
+    outputs), the id of the pattern instance, which side it is on, and the attributes."""
+
+    name: str
+    pos: int
+    id: str
+    is_input: bool = True
+    attr: dict | None = None
+
+
+class BoundaryMetadataSerializer(json.JSONEncoder):
+    """JSON of `BoundaryMetadata` (`json.dumps(meta, cls=BoundaryMetadataSerializer)`)."""
+
+    def default(self, obj: Any) -> Any:
+        if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+            return dataclasses.asdict(obj)
+        return super().default(obj)
 
 _ARGUMENTS = ("x", "name", "pos", "id", "is_input", "attr")
 
@@ -81,14 +105,14 @@ def _boundary(name: str, pos: int, id: str, is_input: bool, attr: Any
                               tuple((k, _frozen(v)) for k, v in found.items()))
 
 
-@torch.library.impl(_LIB, "mark_tensor", "CompositeExplicitAutograd")
+@torch.library.impl(XLA_LIB, "mark_tensor", "CompositeExplicitAutograd")
 def mark_tensor(x: torch.Tensor, name: str, pos: int, id: str, is_input: bool,
                 attr: Any = None) -> torch.Tensor:
     _boundary(name, pos, id, is_input, attr)  # checked on every device alike
     return x.clone()  # not an XLA tensor: nothing to mark (a copy: the op aliases nothing)
 
 
-@torch.library.impl(_LIB, "mark_tensor", "Meta")
+@torch.library.impl(XLA_LIB, "mark_tensor", "Meta")
 def mark_tensor_meta(x: torch.Tensor, name: str, pos: int, id: str, is_input: bool,
                      attr: Any = None) -> torch.Tensor:
     return torch.empty_like(x)
@@ -105,9 +129,14 @@ def _backward(ctx: Any, grad: torch.Tensor) -> tuple:
 torch.library.register_autograd("xla::mark_tensor", _backward, setup_context=_setup_context)
 
 
+def mark_tensor_xla(x: torch.Tensor, name: str, pos: int, id: str, is_input: bool,
+                    attr: Any = None) -> torch.Tensor:
+    """The op on an XLA tensor (the engine calls it with its tensor `x`): `x` with the mark
+    recorded in its graph."""
+    return composite.mark(x, _boundary(name, pos, id, is_input, attr))
+
+
 @dispatch.special(torch.ops.xla.mark_tensor.default)
 def _mark_tensor_rule(func, args, kwargs):
     given = {**dict(zip(_ARGUMENTS, args, strict=False)), **kwargs}  # trailing defaults
-    boundary = _boundary(given["name"], given["pos"], given["id"], given["is_input"],
-                         given.get("attr"))
-    return composite.mark(given["x"], boundary)
+    return mark_tensor_xla(**given)
