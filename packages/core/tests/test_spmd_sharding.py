@@ -491,6 +491,20 @@ print("ok")
     assert out.strip().endswith("ok")
 
 
+def test_tensors_on_meshes_of_different_device_orders_meeting_in_a_program_say_so():
+    out = run_spmd("""
+t = torch.randn(8, 4)
+a = xs.mark_sharding(t.to("xla"), xs.Mesh([3, 1, 2, 0], (2, 2)), (0, 1))
+b = xs.mark_sharding(t.to("xla"), xs.Mesh(np.arange(n), (2, 2)), (0, 1))
+expect_error(lambda: (a + b).cpu(), ValueError, "order the devices differently",
+             "[3, 1, 2, 0]", "same device_ids order")
+c = xs.mark_sharding(t.to("xla"), xs.Mesh([3, 1, 2, 0], (4,)), (0, None))
+assert torch.equal((a + c).cpu(), 2 * t)  # one order, any mesh shape: fine
+print("ok")
+""")
+    assert out.strip().endswith("ok")
+
+
 def test_shards_round_trip_through_the_host():
     out = run_spmd("""
 mesh = xs.Mesh(np.arange(n), (n,))

@@ -91,6 +91,24 @@ def _owned(host: np.ndarray, copied: bool) -> np.ndarray:
     return host
 
 
+def _device_order_error(args: tuple) -> ValueError | None:
+    """What to do when the arguments of one program lie on meshes ordering the devices
+    differently, which a jax program cannot take (None when that is not the case)."""
+    orders = []
+    for a in args:
+        mesh = getattr(getattr(a, "sharding", None), "mesh", None)
+        order = [d.id for d in mesh.devices.flat] if mesh is not None else None
+        if order is not None and order not in orders:
+            orders.append(order)
+    if len(orders) < 2:
+        return None
+    return ValueError(
+        "One program reads tensors laid out on meshes that order the devices differently "
+        f"({' and '.join(map(str, orders))}); an XLA program here takes one device order. "
+        "Build every xs.Mesh of the job over the same device_ids order (reshape it to any "
+        "mesh_shape; shard over other axes with the partition spec).")
+
+
 class XlaRuntimeError(RuntimeError):
     """The runtime cannot do what was asked; the message says why and what to do."""
 
@@ -218,7 +236,14 @@ class Client:
         if out_shardings is not None:
             options["out_shardings"] = out_shardings
         jitted = jax.jit(fn, **options)
-        compiled = jitted.lower(*args).compile()
+        try:
+            lowered = jitted.lower(*args)
+        except ValueError as e:
+            better = _device_order_error(args)
+            if better is None:
+                raise
+            raise better from e
+        compiled = lowered.compile()
         _metrics.metric("EagerOpCompileTime" if eager else "CompileTime").add(
             time.perf_counter() - start)
         _metrics.counter("CreateCompileHandles").inc()
