@@ -421,3 +421,7 @@ def test_dot_general_contracts_and_batches_as_xla_does(device):
         xlac._xla_dot_general(t_xla, w.to(device), ([1], [0]))
     with pytest.raises(ValueError, match="precision_config 'fast'"):
         xlac._xla_dot_general(t_xla, w.to(device), (([1], [0]), ()), precision_config="fast")
+    counted_back = xlac._xla_dot_general(a.to(device), b.to(device), (([-1], [-2]), ([0], [0])))
+    torch.testing.assert_close(counted_back.cpu(), torch.bmm(a, b))
+    with pytest.raises(ValueError, match="dimension 3 of the lhs operand is out of range"):
+        xlac._xla_dot_general(a.to(device), b.to(device), (([3], [1]), ([0], [0]))).cpu()

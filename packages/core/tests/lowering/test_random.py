@@ -75,6 +75,11 @@ def test_native_dropout():
     out_eval, mask_eval = lowering.lookup(aten.native_dropout.default).fn(
         jax.numpy.ones(3), 0.5, False, rng=jax.random.PRNGKey(0))
     assert np.asarray(mask_eval).all() and np.allclose(out_eval, 1)
+    # train=None is training, as torch's own kernel takes it (only False is eval)
+    reference = torch.ops.aten.native_dropout(x, 0.25, None)[1].float().mean().item()
+    prepared = prepare(aten.native_dropout.default, (x, 0.25, None), {})
+    _, mask = (np.asarray(v) for v in jax.jit(prepared.call)(*prepared.arrays))
+    assert abs(reference - 0.75) < 0.02 and abs(mask.mean() - 0.75) < 0.02
 
 
 def test_uniform_and_normal_functional():

@@ -232,11 +232,22 @@ def dot_dimension_numbers(numbers: Any) -> tuple:
             "(([1], [0]), ()) for a matrix product") from None
 
 
+def _wrapped(dims: tuple, ndim: int, side: str) -> tuple:
+    for d in dims:
+        if not -ndim <= d < ndim:
+            raise ValueError(f"dot_general: dimension {d} of the {side} operand is out of range "
+                             f"for its {ndim} dims")
+    return tuple(d % ndim for d in dims)
+
+
 def dot_general(lhs, rhs, dimension_numbers, precision_config=None,
                 preferred_element_type=None):
     """XLA's DotGeneral; `precision_config` names jax's precision ('default', 'high',
-    'highest')."""
-    return lax.dot_general(lhs, rhs, dot_dimension_numbers(dimension_numbers),
+    'highest'). Negative dimensions count from the end of their operand."""
+    (lc, rc), (lb, rb) = dot_dimension_numbers(dimension_numbers)
+    numbers = ((_wrapped(lc, lhs.ndim, "lhs"), _wrapped(rc, rhs.ndim, "rhs")),
+               (_wrapped(lb, lhs.ndim, "lhs"), _wrapped(rb, rhs.ndim, "rhs")))
+    return lax.dot_general(lhs, rhs, numbers,
                            precision=precision_config,
                            preferred_element_type=preferred_element_type)
 

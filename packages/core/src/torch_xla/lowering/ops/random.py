@@ -81,7 +81,7 @@ def bernoulli_p(x, p=0.5, *, generator=None, rng):
 
 @register(aten.native_dropout.default, needs_rng=True)
 def native_dropout(x, p, train, *, rng):
-    if not train or p == 0:
+    if train is False or p == 0:  # train=None means training, as in torch's kernel
         return x, jnp.ones(x.shape, bool)
     keep = _uniform(rng, x.shape, np.float32) >= p
     scale = 0.0 if p >= 1 else 1.0 / (1.0 - p)
