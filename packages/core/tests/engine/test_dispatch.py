@@ -7,6 +7,7 @@ import math
 
 import torch
 
+import torch_xla.debug.metrics as met
 from torch_xla.lazy import dispatch, functional
 
 from .helpers import assert_close, run_python
@@ -83,3 +84,26 @@ def test_nan_scalars_hit_the_cache(device):
         y = torch.full_like(x, float("nan"))  # a new float object each time
     assert len(cache) == size
     assert torch.isnan(y.cpu()).all()
+
+
+def test_pt2e_quantize_and_dequantize_are_recorded_not_run_on_the_cpu(device):
+    """torch's quantized_decomposed ops (composites of arithmetic for every backend) are
+    recorded on the device; their values equal the CPU kernels'."""
+    import torch.ao.quantization.fx._decomposed  # noqa: F401 (defines the ops)
+    qd = torch.ops.quantized_decomposed
+    x = torch.randn(4, 8) * 3
+    scales, zero_points = torch.rand(4) + 0.01, torch.randint(-3, 3, (4,))
+    met.clear_all()
+    q = qd.quantize_per_tensor(x.to(device), 0.05, 3, -128, 127, torch.int8)
+    dq = qd.dequantize_per_tensor(q, 0.05, 3, -128, 127, torch.int8)
+    qc = qd.quantize_per_channel(x.to(device), scales.to(device), zero_points.to(device), 0,
+                                 -128, 127, torch.int8)
+    dqc = qd.dequantize_per_channel(qc, scales.to(device), zero_points.to(device), 0, -128,
+                                    127, torch.int8)
+    assert not met.executed_fallback_ops()
+    q_cpu = qd.quantize_per_tensor(x, 0.05, 3, -128, 127, torch.int8)
+    qc_cpu = qd.quantize_per_channel(x, scales, zero_points, 0, -128, 127, torch.int8)
+    assert torch.equal(q.cpu(), q_cpu) and torch.equal(qc.cpu(), qc_cpu)
+    assert torch.equal(dq.cpu(), qd.dequantize_per_tensor(q_cpu, 0.05, 3, -128, 127, torch.int8))
+    assert torch.equal(dqc.cpu(), qd.dequantize_per_channel(qc_cpu, scales, zero_points, 0,
+                                                            -128, 127, torch.int8))

@@ -157,7 +157,23 @@ def _device_kernel(func: OpOverload) -> Rule | None:
             kernel = torch.library.get_kernel(func, key)
             keys = torch._C.DispatchKeySet(getattr(torch._C.DispatchKey, key))
             return functools.partial(_run_kernel, kernel, keys)
+    if (func.namespace in _COMPOSITES_RECORDED
+            and torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), _COMPOSITE)):
+        # A composite of other ops for every backend: its ops are recorded here, not run
+        # on the CPU. (An alias key: its kernel is the one this device's key computes to.)
+        kernel = torch.library.get_kernel(func, "PrivateUse1")
+        keys = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
+        return lambda f, a, k: functional.decomposed(
+            functools.partial(kernel.call_boxed, keys), a, k)
     return None
+
+
+_COMPOSITE = "CompositeExplicitAutograd"
+# The namespaces whose composite kernels run on the device: torch's pt2e quantize /
+# dequantize ops (arithmetic on their inputs). Others keep the CPU fallback: prims are
+# reached only through torch's own references, and c10d's functional collectives have
+# rules of their own where the engine supports them.
+_COMPOSITES_RECORDED = frozenset({"quantized_decomposed"})
 
 
 def _run_kernel(kernel: Any, keys: Any, func: OpOverload, args: tuple, kwargs: dict) -> Any:
