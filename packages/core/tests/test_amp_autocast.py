@@ -273,3 +273,28 @@ def test_a_plugin_with_float16_makes_float16_the_default():
     done = run_python(code)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["torch.float16"]
+
+
+def test_xla_patched_linear_runs_in_the_autocast_dtype_forward_and_backward(device):
+    """`XLAPatchedLinear` (SPMD's einsum linear) under autocast computes as `F.linear` does
+    under eager CPU autocast: its output and the gradients it computes come from bfloat16
+    operands, both passes."""
+    from torch_xla.distributed.spmd.xla_sharding import XLAPatchedLinear
+
+    torch.manual_seed(0)
+    x, w, b = torch.randn(5, 10), torch.randn(15, 10), torch.randn(15)
+    with torch.autocast("cpu", dtype=DTYPE):
+        ref_x, ref_w = x.clone().requires_grad_(), w.clone().requires_grad_()
+        ref = F.linear(ref_x, ref_w, b)
+    (ref.float() ** 2).mean().backward()
+    xd, wd = x.to(device).requires_grad_(), w.to(device).requires_grad_()
+    with torch.autocast("xla", dtype=DTYPE):
+        out = XLAPatchedLinear.apply(xd, wd, b.to(device))
+    (out.float() ** 2).mean().backward()
+    hlo = torch_xla._XLAC._get_xla_tensors_hlo([wd.grad, xd.grad])  # before they are computed
+    dots = [line for line in hlo.splitlines() if " dot(" in line]
+    assert len(dots) == 3 and all("dot(bf16" in line for line in dots), dots
+    assert out.dtype == ref.dtype == DTYPE
+    torch.testing.assert_close(out.cpu(), ref, atol=0.05, rtol=0.02)
+    torch.testing.assert_close(wd.grad.cpu(), ref_w.grad, atol=0.05, rtol=0.02)
+    torch.testing.assert_close(xd.grad.cpu(), ref_x.grad, atol=0.05, rtol=0.02)

@@ -16,6 +16,7 @@ import torch
 from jax.sharding import Mesh as JaxMesh
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as JaxSpec
+from torch.amp import custom_bwd, custom_fwd
 from torch.utils._pytree import tree_flatten, tree_unflatten
 
 from torch_xla.distributed.spmd.mesh import (  # noqa: F401 (upstream's names here too)
@@ -339,16 +340,24 @@ def apply_backward_optimization_barrier(m: torch.nn.Module) -> None:
 
 class XLAPatchedLinear(torch.autograd.Function):
     """`F.linear` as einsums in forward and backward, so XLA's partitioner sees the
-    contraction dims directly (no transposed weight copy to shard)."""
+    contraction dims directly (no transposed weight copy to shard). Under
+    `torch.autocast("xla")` it computes in the autocast dtype, backward too, as
+    `nn.Linear` does."""
 
     @staticmethod
+    @custom_fwd(device_type="xla")
     def forward(ctx: Any, input: torch.Tensor, weight: torch.Tensor,
                 bias: torch.Tensor | None = None) -> torch.Tensor:
+        if torch.is_autocast_enabled("xla"):  # read per call: the user's autocast dtype
+            dtype = torch.get_autocast_dtype("xla")
+            input, weight, bias = (t if t is None or not t.is_floating_point() else t.to(dtype)
+                                   for t in (input, weight, bias))
         ctx.save_for_backward(input, weight, bias)
         product = torch.einsum("...n,mn->...m", input, weight)
         return product if bias is None else product + bias
 
     @staticmethod
+    @custom_bwd(device_type="xla")
     def backward(ctx: Any, grad_output: torch.Tensor) -> tuple:
         input, weight, bias = ctx.saved_tensors
         grad_input = grad_weight = grad_bias = None
