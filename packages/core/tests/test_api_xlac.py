@@ -8,6 +8,7 @@ from conftest import run_python
 
 import torch_xla
 import torch_xla._XLAC as xlac
+import torch_xla.core.xla_builder as builder
 import torch_xla.core.xla_model as xm
 import torch_xla.debug.metrics as met
 import torch_xla.runtime as xr
@@ -425,3 +426,16 @@ def test_dot_general_contracts_and_batches_as_xla_does(device):
     torch.testing.assert_close(counted_back.cpu(), torch.bmm(a, b))
     with pytest.raises(ValueError, match="dimension 3 of the lhs operand is out of range"):
         xlac._xla_dot_general(a.to(device), b.to(device), (([3], [1]), ([0], [0]))).cpu()
+
+
+def test_xla_user_computation_records_a_builder_computation(device):
+    """PyTorch/XLA's C++ entry for `builder.user_computation`: the computation's results."""
+
+    def fn(a, b):
+        return builder.Op.tuple([builder.Op.max(a, b) - builder.Op.min(a, b)])
+
+    a, b = torch.randn(3, 4), torch.randn(3, 4)
+    inputs = [a.to(device), b.to(device)]
+    comp = builder.create_computation("absdiff", fn, [builder.tensor_shape(t) for t in inputs])
+    (out,) = xlac._xla_user_computation("xla::absdiff", inputs, comp)
+    torch.testing.assert_close(out.cpu(), (a - b).abs())

@@ -106,6 +106,8 @@ for name, mesh, spec, shape in [
 hybrid = xs.HybridMesh(ici_mesh_shape=(2, 4), axis_names=("a", "b"))
 out["hybrid"] = [hybrid.mesh_shape, sorted(hybrid.device_ids.tolist())]
 out["1d"] = [xs.get_1d_mesh("data").mesh_shape, xs.get_1d_mesh().axis_names]
+jm = xs.Mesh([3, 1, 0, 2, 7, 6, 5, 4], (2, 4), ("x", "y")).get_jax_mesh()
+out["jax"] = [[[d.id for d in row] for row in jm.devices], list(jm.axis_names)]
 print(json.dumps(out))
 """
 
@@ -119,3 +121,4 @@ def test_jax_places_every_tile_on_the_device_pytorch_xla_names():
         assert placed == expected, name
     assert out["hybrid"] == [[2, 4], list(range(8))]
     assert out["1d"] == [[8], None]
+    assert out["jax"] == [[[3, 1, 0, 2], [7, 6, 5, 4]], ["x", "y"]]

@@ -614,6 +614,14 @@ def _xla_get_num_cached_compilation_graph() -> int:
     return len(compiler.cache())
 
 
+def _xla_user_computation(opname: str, inputs: list, computation: Any) -> list:
+    """`computation` (`xb.create_computation`'s) on XLA tensors `inputs`, recorded as one
+    node of the graph: `xb.user_computation` under PyTorch/XLA's C++ name."""
+    from torch_xla.core import xla_builder
+
+    return xla_builder.user_computation(opname, inputs, computation)
+
+
 def _xla_dot_general(lhs: Any, rhs: Any, dimension_numbers: Any,
                      precision_config: str | None = None,
                      preferred_element_type: Any = None) -> Any:

@@ -161,6 +161,11 @@ class Mesh:
         """This mesh over `devices` (jax devices indexed by global runtime ordinal)."""
         return _jax_mesh(self, tuple(devices))
 
+    def get_jax_mesh(self) -> Any:
+        """This mesh as a `jax.sharding.Mesh` over the job's devices, in the same order
+        (for jax code run on the same devices, e.g. `xb.call_jax` with `shard_map`)."""
+        return self.jax_mesh(client().global_devices)
+
     def sharding(self, partition_spec: PartitionSpec, devices: Sequence[Any]) -> Any:
         """The `jax.sharding.NamedSharding` of `partition_spec` on this mesh."""
         return NamedSharding(self.jax_mesh(devices), self.jax_spec(partition_spec))
