@@ -505,6 +505,44 @@ print("ok")
     assert out.strip().endswith("ok")
 
 
+def test_mark_sharding_inside_assume_pure_is_a_constraint_of_the_recording():
+    """Marking an argument (or a value) inside a pure function records a sharding
+    constraint (the argument is not written to); values equal the CPU's, and gradients
+    flow through mark_sharding_with_gradients."""
+    out = run_spmd("""
+from torch_xla.experimental.assume_pure import assume_pure
+mesh = xs.Mesh(np.arange(n), (n,), ("x",))
+
+@assume_pure
+def f(a, w):
+    xs.mark_sharding(a, mesh, ("x", None))
+    h = xs.mark_sharding(a @ w, mesh, ("x", None))
+    return torch.tanh(h)
+
+@assume_pure
+def g(a, w):
+    a = xs.mark_sharding_with_gradients(a, mesh, ("x", None))
+    return torch.tanh(a @ w)
+
+torch.manual_seed(0)
+a, w = torch.randn(8, 4), torch.randn(4, 3)
+ref = torch.tanh(a @ w)
+xa, xw = a.to("xla"), w.to("xla")
+out = f(xa, xw)
+hlo = torch_xla._XLAC._get_xla_tensors_hlo([out])
+assert "sharding={devices=[4,1]0,1,2,3}" in hlo, hlo
+assert torch.allclose(out.cpu(), ref, atol=1e-6)
+assert torch_xla._XLAC._get_xla_sharding_spec(xa) == ""  # the caller's tensor: untouched
+aw = w.clone().requires_grad_()
+torch.tanh(a @ aw).sum().backward()
+gw = xw.clone().requires_grad_()
+g(xa, gw).sum().backward()
+assert torch.allclose(gw.grad.cpu(), aw.grad, atol=1e-5)
+print("ok")
+""")
+    assert out.strip().endswith("ok")
+
+
 def test_shards_round_trip_through_the_host():
     out = run_spmd("""
 mesh = xs.Mesh(np.arange(n), (n,))

@@ -37,7 +37,19 @@ from typing import Any
 import torch
 from torch.utils import _pytree as pytree
 
-from torch_xla.lazy import compiler, dump, eager, functional, graph, ir, jax_call, loop, rng, tensor
+from torch_xla.lazy import (
+    compiler,
+    dump,
+    eager,
+    functional,
+    graph,
+    ir,
+    jax_call,
+    loop,
+    rng,
+    sharding,
+    tensor,
+)
 from torch_xla.lazy.tensor import XLATensor, device_mismatch_error, not_xla_error
 
 PURE_INPUT_OP = "xla::pure_function_input"
@@ -183,6 +195,7 @@ class Recording:
             outputs, self.out_spec, self.out_slots = self._results(result)
             del result  # may hold views' bases alive: dropped before the escape check
             _check_arguments_unchanged(self.name, wrappers, placeholders)
+            del wrappers  # an argument laid out inside (mark_sharding) holds its constraint
             self.out_avals = [t._node.avals[t._index] for t in outputs]
             self.forward = self._function(outputs, placeholders, self._seed_of(placeholders))
             _forget(self.name, outputs)
@@ -279,7 +292,8 @@ class Recording:
                 raise ImpureFunctionError(
                     f"assume_pure: {self.name} returned a tensor on {leaf.device}; a pure "
                     "function's tensors must all be XLA tensors")
-            outputs.append(functional.unwrap(leaf))
+            # an XLAShardedTensor (mark_sharding's result) holds the tensor it describes
+            outputs.append(functional.unwrap(getattr(leaf, "global_tensor", leaf)))
             out_slots.append(_TENSOR)
         return outputs, out_spec, out_slots
 
@@ -333,7 +347,10 @@ def signature(leaves: list) -> tuple:
 
 def _check_arguments_unchanged(name: str, wrappers: list, placeholders: list) -> None:
     for k, (wrapper, placeholder) in enumerate(zip(wrappers, placeholders, strict=True)):
-        if functional.unwrap(wrapper)._node is not placeholder:
+        node = functional.unwrap(wrapper)._node
+        if node.op == sharding.CONSTRAINT_OP and node.inputs[0][0] is placeholder:
+            continue  # only laid out (mark_sharding): a constraint inside the recording
+        if node is not placeholder:
             raise ImpureFunctionError(
                 f"assume_pure: {name} changed its tensor argument {k} in place. A pure "
                 "function's recording cannot write to its caller's tensors: return the new "

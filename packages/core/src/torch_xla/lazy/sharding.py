@@ -120,6 +120,9 @@ def annotate(t: XLATensor, sharding: Any, refuse_other: bool = False) -> None:
     if isinstance(node, nodes.Placeholder):  # no data to lay out: the parameter's layout
         t._set(nodes.Placeholder(aval, node.device, sharding))
         return
+    if isinstance(node, ir.NoBuffer):  # an input of a recorded function or loop body
+        _constrain_value(t, node, index, sharding)
+        return
     if node.rule is None:
         if refuse_other and _refused(node, sharding):
             return
