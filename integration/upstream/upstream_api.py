@@ -316,6 +316,12 @@ MODULES: dict[str, Module] = {
             "GradientAccumulationContext", "XlaBuildHelper", "gradient_accumulation",
         ),
     ),
+    "torch_xla.experimental.gru": Module(
+        "torch_xla/experimental/gru.py",
+        (
+            "GRU",
+        ),
+    ),
     "torch_xla.experimental.mark_pattern_utils": Module(
         "torch_xla/experimental/mark_pattern_utils.py",
         (
