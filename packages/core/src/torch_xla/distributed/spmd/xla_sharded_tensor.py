@@ -261,13 +261,15 @@ def on_device(t: Any, what: str) -> torch.Tensor:
 
 
 def relayout(t: torch.Tensor, mesh: Mesh | None, partition_spec: PartitionSpec, what: str
-             ) -> None:
+             ) -> Mesh:
     """Ask for `t`'s value laid out as `partition_spec` on `mesh` inside the next program,
-    without moving the data it holds now (`xs.annotate_custom_sharding`)."""
+    without moving the data it holds now (`xs.annotate_custom_sharding`); the mesh used
+    (the global one when `mesh` is None)."""
     sharding.check_spmd(what)
     mesh = job_mesh(mesh, what)
     target = on_device(t, what)
     sharding.mark_custom(target, spec_sharding(mesh, partition_spec, target.shape, what))
+    return mesh
 
 
 def sharding_type(t: torch.Tensor) -> ShardingType | None:

@@ -71,8 +71,8 @@ def annotate_custom_sharding(t: torch.Tensor, mesh: Mesh, partition_spec: Partit
     >>> xs.mark_sharding(t, mesh_a, (0, 1))             # t's data split as (0, 1)
     >>> xs.annotate_custom_sharding(t, mesh_b, (0, 1))  # laid out anew inside the step
     """
-    relayout(t, mesh, partition_spec, "xs.annotate_custom_sharding")
-    return _with_layout(t, job_mesh(mesh, "xs.annotate_custom_sharding"), partition_spec)
+    mesh = relayout(t, mesh, partition_spec, "xs.annotate_custom_sharding")
+    return _with_layout(t, mesh, partition_spec)
 
 
 def clear_sharding(t: torch.Tensor) -> torch.Tensor:
@@ -278,7 +278,7 @@ def wrap_as_sharded_tensor(t: torch.Tensor, mesh_shape: Any = None,
 
 def _with_layout(t: torch.Tensor, mesh: Mesh, partition_spec: PartitionSpec
                  ) -> XLAShardedTensor:
-    wrapped = t if isinstance(t, XLAShardedTensor) else XLAShardedTensor(t)
+    wrapped = wrap_as_sharded_tensor(t)
     wrapped.set_layout(mesh, partition_spec)
     return wrapped
 
