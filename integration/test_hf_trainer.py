@@ -37,10 +37,19 @@ def _same_log(got: dict, expected: dict) -> None:
 
 
 def _same_weights(got: dict, expected: dict) -> None:
+    """AdamW divides each gradient by the root of its running square, so for a weight whose
+    gradients stay near zero float rounding decides how far it steps: up to the learning
+    rate (1e-3) a step, however small the rounding. XLA's CPU code and PyTorch's kernels
+    round differently, and differently on different CPUs (one of 16384 elements of a
+    tensor moved 2.6e-5 apart on an AVX-512/AMX host, none on the host before). So every
+    element must be within a tenth of one step (1e-4) and all but one in a thousand of
+    each tensor within rtol 1e-4, atol 1e-5."""
     ours, cpu = load_file(got["weights"]), load_file(expected["weights"])
     assert sorted(ours) == sorted(cpu)
     for name in cpu:
-        torch.testing.assert_close(ours[name], cpu[name], rtol=1e-4, atol=1e-5)
+        torch.testing.assert_close(ours[name], cpu[name], rtol=0, atol=1e-4)
+        far = (~torch.isclose(ours[name], cpu[name], rtol=1e-4, atol=1e-5)).sum().item()
+        assert far <= cpu[name].numel() // 1000, f"{name}: {far} elements differ"
 
 
 @pytest.fixture(scope="module")

@@ -219,7 +219,9 @@ def test_a_process_that_ends_without_returning_is_named_every_time(tmp_path, how
             1, exit_code, signal_name), outcome
         for word in words:
             assert word in outcome["message"], outcome
-        assert outcome["seconds"] < 60, outcome  # the sleeping replica 0 was stopped
+        # the sleeping replica 0 was stopped, not left to end its sleep (the spawn itself
+        # took 61 s on a loaded CI machine: start-up is not what this bounds)
+        assert outcome["seconds"] < mp.SLEEP_UNTIL_STOPPED_S, outcome
 
 
 def _close_report_then_exit(report, code: int) -> None:
