@@ -307,6 +307,30 @@ def test_fullgraph_traces_through_the_engine_code_an_api_calls(device):
     assert_close(compiled(t.to(device)).cpu(), t * 2, **TOL)  # one replica: the sum is t
 
 
+def test_code_dynamo_traces_may_call_the_bridge(device):
+    """A user's AOTAutograd compiler returns a function that calls the bridge
+    (`extract_compiled_graph`, then the compiled graph: upstream's test_bridge does), and
+    dynamo runs it while its frame callback is set. It traced into the bridge and failed
+    on fake tensors (`_functionalize_sync` in the engine); the bridge is skipped, so dynamo
+    breaks the graph there, as at PyTorch/XLA's C++ bridge. The engine's top-level
+    modules made all of torch_xla traced-when-called before."""
+    from torch_xla._dynamo import dynamo_bridge
+
+    class AddOne(nn.Module):
+        def forward(self, x):
+            return x + 1
+
+    t = torch.randn(3)
+    compiled_graph = dynamo_bridge.extract_compiled_graph(torch.fx.symbolic_trace(AddOne()),
+                                                          (t.to(device),))
+    traced = torch._dynamo.optimize("eager")(lambda x: compiled_graph(x) * 2)
+    assert_close(traced(t.to(device)).cpu(), (t + 1) * 2, **TOL)
+    built = torch._dynamo.optimize("eager")(
+        lambda x: dynamo_bridge.extract_compiled_graph(torch.fx.symbolic_trace(AddOne()),
+                                                       (x,))(x))
+    assert_close(built(t.to(device)).cpu(), t + 1, **TOL)
+
+
 @pytest.mark.parametrize("backend", ["openxla", "openxla_eval"])
 def test_mutated_input_is_written_back(device, backend):
     def fn(a, b):

@@ -556,10 +556,14 @@ _LOADED_BY_TORCH_ON_FIRST_OP = (
 # with the engine's first load, not by the dynamo bridge: a break before the first
 # compiled graph comes before torch imports the bridge. Code dynamo is tracing may still
 # call into them (`xm.all_reduce` under `fullgraph=True` checks its arguments with
-# `lowering.collectives`): there they are traced through, as dynamo does for `copy`.
+# `lowering.collectives`): there they are traced through, as dynamo does for `copy`. The
+# bridge is the exception: a traced call of it (a user's AOTAutograd compiler calling
+# `extract_compiled_graph` or a compiled graph) runs its engine calls on fake tensors, so
+# dynamo breaks the graph there, as at PyTorch/XLA's C++ bridge.
 _NOT_COMPILED_ALONE_BY_DYNAMO = ("torch_xla._dynamo", "torch_xla._metrics",
                                  "torch_xla.backend", "torch_xla.lazy", "torch_xla.lowering",
                                  "torch_xla.pjrt", "jax", "jaxlib")
+_NEVER_TRACED_BY_DYNAMO = ("torch_xla._dynamo",)
 
 
 def _load_torch_modules() -> None:
@@ -572,8 +576,12 @@ def _load_torch_modules() -> None:
     for name in _NOT_COMPILED_ALONE_BY_DYNAMO:
         rules.add(name)
         spec = importlib.util.find_spec(name)
-        if traced_when_called is not None and spec is not None and spec.origin:
-            traced_when_called.add(os.path.dirname(spec.origin) + "/")
+        if (traced_when_called is not None and spec is not None and spec.origin
+                and name not in _NEVER_TRACED_BY_DYNAMO):
+            # a package's folder; a module's own file (its folder would be all of torch_xla)
+            package = spec.submodule_search_locations is not None
+            traced_when_called.add(os.path.dirname(spec.origin) + "/" if package
+                                   else spec.origin)
 
 
 _load_torch_modules()
