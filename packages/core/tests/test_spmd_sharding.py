@@ -776,3 +776,42 @@ def test_experimental_xla_sharding_is_the_spmd_api_under_its_old_name():
              "shard_as", "annotate_custom_sharding", "apply_backward_optimization_barrier",
              "xla_patched_nn_linear_forward"]
     assert [n for n in names if getattr(old, n, None) is not getattr(spmd, n)] == []
+
+
+def test_the_virtual_device_keeps_a_moved_tensor_on_the_host_until_it_is_needed():
+    """`t.to('xla')` in SPMD mode copies `t` on the host and uploads nothing: a later
+    `mark_sharding` sends each device only its tiles (no whole copy of the weight on every
+    device first, as PyTorch/XLA's virtual device), a program or a read uploads it whole.
+    The copy is taken at the move: changing `t` afterwards changes nothing."""
+    out = run_spmd("""
+from torch_xla.lazy import functional
+met.clear_all()
+w = torch.randn(8, 16)
+xw = w.to('xla')
+info = torch_xla._XLAC._get_xla_tensor_debug_info(xw)
+assert "Tensor on host: with size [8, 16]" in info and "XLAData: None" in info, info
+assert "TransferToDeviceTime" not in met.metric_names()
+expected = w.clone()
+w.add_(1)  # the moved copy is the value at the move
+mesh = xs.Mesh(np.arange(n), (1, n))
+xs.mark_sharding(xw, mesh, (0, 1))
+array = functional.unwrap(xw)._node.array
+assert [s.data.shape for s in array.addressable_shards] == [(8, 16 // n)] * n
+assert met.metric_data("OutboundData")[:2] == (1, 8 * 16 * 4)  # sent once, as tiles
+assert met.counter_value("VirtualDeviceUsage") == 1
+info = torch_xla._XLAC._get_xla_tensor_debug_info(xw)
+assert "Tensor on host: None" in info and "IR: xla::device_data" in info, info
+assert torch.equal(xw.cpu(), expected)
+
+b = torch.randn(16)
+xb = b.to('xla')
+y = (xb * 2).sum()  # recorded over the host copy: uploaded whole when the sync runs it
+assert "Tensor on host: with size [16]" in torch_xla._XLAC._get_xla_tensor_debug_info(xb)
+torch.testing.assert_close(y.cpu(), (b * 2).sum())
+info = torch_xla._XLAC._get_xla_tensor_debug_info(xb)
+assert "Tensor on host: None" in info and "OpSharding: {replicated}" in info, info
+xb.add_(1)
+torch.testing.assert_close(xb.cpu(), b + 1)
+print("ok")
+""")
+    assert "ok" in out

@@ -870,11 +870,12 @@ def _get_ir_debug() -> bool:
 def _get_xla_tensor_debug_info(tensor: Any) -> str:
     """What the engine holds for one tensor, in PyTorch/XLA's layout: its IR node while
     pending, its device data (`Data Shape: f32[16]`) once computed; in SPMD mode on the
-    virtual device `SPMD:0`, data shown as `XLAShardedData` with its sharding. The engine
-    never keeps a tensor's value on the host, so `Tensor on host` is always None."""
+    virtual device `SPMD:0`, data shown as `XLAShardedData` with its sharding.
+    `Tensor on host` is the size of a CPU tensor whose upload the virtual device defers
+    (`nodes.HostData`), None otherwise."""
     import torch
 
-    from torch_xla.lazy import dump, functional, graph, sharding
+    from torch_xla.lazy import dump, functional, graph, nodes, sharding
 
     if not isinstance(tensor, torch.Tensor) or tensor.device.type != "xla":
         return "Not a XLATensor\n"
@@ -885,13 +886,20 @@ def _get_xla_tensor_debug_info(tensor: Any) -> str:
     lines = ["XLATensor {", f"TensorID: {id(inner)}", f"Device: {device}",
              f"XLA Shape: {dump.xla_type(aval)}",
              f"ShardingSpec: {sharding.spec(inner) or 'None'}"]
+    on_host = "None"
     if isinstance(node, graph.Dropped):
         lines += ["IR: None", "XLAData: None (its pending value was dropped)"]
+    elif type(node) is nodes.HostData and node.host is not None:
+        lines += ["IR: None", "XLAData: None"]
+        on_host = f"with size {list(aval[0])}"
     elif node.rule is None:
-        lines += ["IR: None", *_data_debug_lines(node, dump.xla_type(aval), device)]
+        # sharded data carries PyTorch/XLA's device_data IR (its sharding is set on one)
+        ir_text = (f"xla::device_data, xla_shape={dump.xla_type(aval)}, device={device}"
+                   if node.annotated else "None")
+        lines += [f"IR: {ir_text}", *_data_debug_lines(node, dump.xla_type(aval), device)]
     else:
         lines += [f"IR: {dump.op_name(node.op)} output {index}", "XLAData: None"]
-    lines += ["Tensor on host: None", "}"]
+    lines += [f"Tensor on host: {on_host}", "}"]
     return "\n".join(lines) + "\n"
 
 

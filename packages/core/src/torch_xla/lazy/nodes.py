@@ -14,13 +14,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax.numpy as jnp
+import numpy as np
 import torch
 from torch._ops import OpOverload
 
 from torch_xla import _metrics
 from torch_xla.lazy import dtype_policy, ir, transfer
 from torch_xla.lazy.tensor import XLATensor, device_index, not_xla_error
-from torch_xla.pjrt import threads
+from torch_xla.pjrt import spmd, threads
 from torch_xla.pjrt.client import client, on_start
 
 Value = tuple[ir.Node, int]
@@ -63,10 +64,53 @@ class Placeholder(ir.NoBuffer):
 def host_data(t: torch.Tensor, device: int) -> ir.Data:
     """A CPU tensor copied to `device` (a 0-dim one through the scalar cache). The copy
     is the leaf's own (`transfer.to_device` copies the host memory first), so a sync
-    that overwrites the tensor may donate its buffer."""
+    that overwrites the tensor may donate its buffer. In SPMD mode the copy stays on the
+    host until something needs it on the devices (`HostData`)."""
     if t.dim() == 0:
         return scalar_data(t, device)
+    if spmd.enabled():
+        return HostData(transfer.host_copy(t), t.dtype, device)
     return data(transfer.to_device(t, device), t.dtype, device, owned=True)
+
+
+_DEVICE_ARRAY = ir.Data.array  # the slot `HostData.array` fills on upload
+_VIRTUAL_DEVICE_USAGE = _metrics.counter("VirtualDeviceUsage")
+
+
+class HostData(ir.Data):
+    """SPMD mode: a CPU tensor moved to the virtual device, kept as a host copy until a
+    program or a read needs its array (then copied whole to every device) or
+    `xs.mark_sharding` lays it out (then each device receives only its tiles). As on
+    PyTorch/XLA's virtual device: `model.to('xla')` followed by `mark_sharding` never holds
+    a whole copy of each weight on every device. `host` is None once uploaded."""
+
+    __slots__ = ("host",)
+
+    def __init__(self, host: np.ndarray, dtype: torch.dtype, device: int) -> None:
+        super().__init__(None, (tuple(host.shape), dtype), device, owned=True)
+        self.host = host
+
+    @property
+    def array(self) -> Any:
+        if self.host is not None:
+            self.array = client().to_device(self.host, self.device)
+        return _DEVICE_ARRAY.__get__(self)
+
+    @array.setter
+    def array(self, value: Any) -> None:
+        self.host = None
+        _DEVICE_ARRAY.__set__(self, value)
+
+    def upload(self, layout: Any) -> Any:
+        """The host copy on the devices laid out as the jax sharding `layout` (each device
+        receives its tiles), or None once uploaded already."""
+        if self.host is None:
+            return None
+        _VIRTUAL_DEVICE_USAGE.value += 1
+        array = client().to_device(self.host, self.device, layout)
+        self.array = array
+        self.owned = False  # the caller's leaf holds the array too
+        return array
 
 
 def from_host(t: torch.Tensor, device: int) -> XLATensor:

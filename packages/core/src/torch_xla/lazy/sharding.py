@@ -127,7 +127,9 @@ def annotate(t: XLATensor, sharding: Any, refuse_other: bool = False) -> None:
         if refuse_other and _refused(node, sharding):
             return
         if _divides(sharding, aval[0]):
-            array = jax.device_put(node.array, sharding)
+            array = node.upload(sharding) if type(node) is nodes.HostData else None
+            if array is None:
+                array = jax.device_put(node.array, sharding)
             t._set(ir.Data(array, aval, node.device, annotated=True))
         else:  # uneven tiles: kept whole on every device, the annotation beside it
             array = jax.device_put(node.array, client().replicated())

@@ -60,13 +60,18 @@ def to_device(t: torch.Tensor, index: int, layout: Any = None, local: bool = Fal
               ) -> jax.Array:
     runtime = client()  # started first: starting applies the plugin's dtype policy
     start = time.perf_counter()
-    array = to_numpy(t)
-    wanted = dtype_policy.STORAGE[t.dtype]
-    # A copy either way: the CPU client may alias host memory, and the tensor may change.
-    array = array.astype(wanted) if array.dtype != wanted else np.array(array, copy=True)
-    moved = runtime.to_device(array, index, layout, local)
+    moved = runtime.to_device(host_copy(t), index, layout, local)
     _TENSOR_TO_DATA.add(time.perf_counter() - start)
     return moved
+
+
+def host_copy(t: torch.Tensor) -> np.ndarray:
+    """`t`'s value as the NumPy array of its storage type that `to_device` sends: a copy
+    either way, since the CPU client may alias host memory and the tensor may change."""
+    client()  # started first: starting applies the plugin's dtype policy
+    array = to_numpy(t)
+    wanted = dtype_policy.STORAGE[t.dtype]
+    return array.astype(wanted) if array.dtype != wanted else np.array(array, copy=True)
 
 
 def to_host(array: jax.Array, dtype: torch.dtype) -> torch.Tensor:
