@@ -334,6 +334,9 @@ def test_on_ready_callback_runs_once_the_buffer_is_ready(device):
     assert torch.equal(c.cpu(), torch.full((64, 64), 64.0))
     with pytest.raises(RuntimeError, match="still pending.*torch_xla.sync"):
         callback.on_ready_callback(c + 1, cb)
+    assert callback.on_ready_event(c).wait(30)  # PyTorch/XLA's Event form of the same
+    with pytest.raises(RuntimeError, match="still pending.*torch_xla.sync"):
+        callback.on_ready_event(c + 1)
 
 
 def test_debug_info_says_a_donated_buffer_is_deleted(device):

@@ -815,3 +815,25 @@ torch.testing.assert_close(xb.cpu(), b + 1)
 print("ok")
 """)
     assert "ok" in out
+
+
+def test_an_hlo_graph_dump_ends_with_the_outputs_shardings(tmp_path):
+    """XLA_SAVE_TENSORS_FMT=hlo in SPMD mode: after each graph, PyTorch/XLA's
+    OUTPUT_SHARDING block gives each output's shape and the layout it came out with."""
+    path = tmp_path / "graphs.txt"
+    done = run_python(PRELUDE + """
+mesh = xs.Mesh(np.arange(n), (1, n))
+x = torch.randn(8, 32).to('xla')
+xs.mark_sharding(x, mesh, (0, 1))
+rows = x.sum(dim=1)  # summed over the sharded dim: replicated
+y = x * 2  # laid out as x
+torch_xla.sync()
+""", env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4", "XLA_SAVE_TENSORS_FILE": str(path),
+          "XLA_SAVE_TENSORS_FMT": "hlo"}, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    text = (tmp_path / "graphs.txt.0").read_text()
+    block = text[text.index("## END_GRAPH"):]
+    assert block.endswith("\n#OUTPUT_SHARDING_END\n\n"), block
+    lines = block.split("#OUTPUT_SHARDING_BEGIN\n\n")[1].split("\n\n#OUTPUT_SHARDING_END")[0]
+    assert sorted(lines.splitlines()) == ["f32[8,32]{1,0} {devices=[1,4]0,1,2,3}",
+                                          "f32[8]{0} {replicated}"], lines

@@ -849,15 +849,14 @@ def _set_xla_custom_op_name_prefix(tensor: Any, op_name_prefix: str,
                                    max_call_stack_depth: int = 0) -> bool:
     """Name the op computing `tensor` in the HLO metadata: its instructions' `op_name`
     becomes `op_name_prefix` + the op type (`aten__relu`), as PyTorch/XLA writes it, which
-    profilers group by. False when `tensor` is already device data (no op to name).
-    `max_call_stack_depth` (PyTorch/XLA: how many Python frames go with the name) is
-    accepted; source frames are not attached here."""
+    profilers group by. True for every XLA tensor, as PyTorch/XLA's binding (which
+    makes device data an IR node first): device data keeps the name, and a program
+    reading it names no op by it (custom_debug_lowering's modes name every tensor they
+    see, `model.to('xla')` included). `max_call_stack_depth` (PyTorch/XLA: how many
+    Python frames go with the name) is accepted; source frames are not attached here."""
     from torch_xla.lazy import functional
 
-    node = functional.unwrap(tensor)._node
-    if node.rule is None:
-        return False
-    node.scope = str(op_name_prefix)
+    functional.unwrap(tensor)._node.scope = str(op_name_prefix)
     return True
 
 

@@ -153,6 +153,7 @@ class _CompiledScope(contextlib.ContextDecorator):
             _XLAC._set_use_eager_mode(self._eager.pop())
         if self.full_graph and error is None and ran:
             raise RuntimeError(
+                "Unexpected execution happens inside the compiled function, exiting: "
                 f"torch_xla.compile(full_graph=True): tracing {self.name} needed {ran + 1} "
                 f"graphs, not one: {ran} ran before its end because the code read a pending "
                 "value on the host (.item(), .cpu(), print, a Python branch on a tensor) or "

@@ -105,10 +105,11 @@ def test_custom_op_name_prefix_names_one_op(tmp_path):
     """, {"PJRT_DEVICE": "CPU", "XLA_SAVE_TENSORS_FILE": str(path),
           "XLA_SAVE_TENSORS_FMT": "hlo"})
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["True", "False"]  # device data has no op to name
+    assert result.stdout.split() == ["True", "True"]  # data takes a name, as upstream's
     text = (tmp_path / "graphs.txt.0").read_text()
     assert 'op_name="jit(graph_fn)/Block[0]/forward(model.py:3)/aten__relu/' in text
     assert "aten__mul" not in text and "aten__mm" not in text  # only the named op
+    assert "data/" not in text  # device data is no op: nothing is named by it
 
 
 def test_a_compiled_graph_is_dumped_when_compiled_and_on_every_call(tmp_path):

@@ -33,6 +33,7 @@ import threading
 import traceback
 from typing import Any
 
+import jax
 from jax._src.interpreters import mlir
 from jax._src.lib import _jax
 from jax._src.lib import hlo as xla_hlo
@@ -40,6 +41,7 @@ from jax._src.lib import hlo as xla_hlo
 from torch_xla import _metrics
 from torch_xla.lazy import dtype_policy, ir
 from torch_xla.pjrt import spmd
+from torch_xla.pjrt.client import client
 
 FORMATS = ("text", "dot", "hlo")
 # Set by `configure()`: at import, and again at the first sync (graph.py checks READ).
@@ -104,7 +106,11 @@ def xla_type(aval: Any, layout: bool = False) -> str:
     if aval is None:
         return "()"
     shape, dtype = aval
-    name = str(dtype_policy.STORAGE[dtype])
+    return _shape_text(str(dtype_policy.STORAGE[dtype]), shape, layout)
+
+
+def _shape_text(name: str, shape: tuple, layout: bool) -> str:
+    """`xla_type` of a NumPy type name (`float32`) and a shape."""
     short = "pred" if name == "bool" else next(
         (short + name[len(long):] for long, short in _XLA_PREFIXES if name.startswith(long)),
         name)
@@ -201,7 +207,20 @@ def graph_record(kind: str, device: int, order: list, position: dict[int, int],
         body = _dot(order, position, values)
     else:
         body = ir_text(order, position, values)
-    return f"{header}\n## BEGIN_GRAPH\n{body}\n## END_GRAPH\n\n"
+    record = f"{header}\n## BEGIN_GRAPH\n{body}\n## END_GRAPH\n\n"
+    if SAVE_FORMAT == "hlo" and spmd.enabled():
+        record += _output_shardings(compiled)
+    return record
+
+
+def _output_shardings(compiled: Any) -> str:
+    """PyTorch/XLA's block after an SPMD graph's HLO: each result's shape and the
+    layout the partitioner gave it (`f32[8,32]{1,0} {devices=[1,4]0,1,2,3}`)."""
+    devices = client().global_devices
+    lines = [f"{_shape_text(str(out.dtype), out.shape, True)} "
+             f"{spmd.sharding_text(out.sharding, len(out.shape), devices)}\n"
+             for out in jax.tree.leaves(compiled.out_info)]
+    return "\n#OUTPUT_SHARDING_BEGIN\n\n" + "".join(lines) + "\n#OUTPUT_SHARDING_END\n\n"
 
 
 def save_graph(record: str, ordinal: int) -> None:
