@@ -108,6 +108,29 @@ def test_a_dtype_cast_exports_with_its_metadata_check():
         torch.ops.aten._assert_tensor_metadata(xx, [3, 4])
 
 
+def test_dynamic_dimensions_are_exported_at_the_example_size_with_a_warning():
+    """`torch.export` with a `Dim` makes a dimension dynamic; the export traces the
+    example inputs, so the StableHLO takes the example's size only, and says so."""
+    import warnings
+
+    from torch.export import Dim
+
+    class Bmm(nn.Module):
+        def forward(self, a, b):
+            return torch.bmm(a, b)
+
+    a, b = torch.rand(4, 3, 5), torch.rand(4, 5, 2)
+    batch = Dim("batch")
+    exported = export(Bmm(), (a, b), dynamic_shapes=({0: batch}, {0: batch}))
+    with pytest.warns(UserWarning, match=r"dynamic dimensions \(a dims \[0\]; b dims \[0\]\)"):
+        shlo = exported_program_to_stablehlo(exported)
+    assert "tensor<4x3x5xf32>" in shlo.get_stablehlo_text()
+    torch.testing.assert_close(shlo(a, b).cpu(), torch.bmm(a, b))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # a static program: not a word
+        exported_program_to_stablehlo(export(Bmm(), (a, b)))
+
+
 def test_a_saved_bundle_loads_and_runs_as_the_model(tmp_path):
     net, inputs = _net_and_inputs()
     save_as_stablehlo(export(net, inputs), tmp_path)

@@ -31,6 +31,7 @@ import enum
 import io
 import json
 import os
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -344,6 +345,7 @@ def exported_program_to_stablehlo(exported_model: ExportedProgram,
             "(PyTorch/XLA's custom calls and MLIR locations) are not supported; leave "
             "them at their defaults.")
     exported = _run_decompositions(exported_model)
+    _warn_dynamic_dims(exported)
     args, kwargs = _user_inputs(exported, options)
     flat_user, in_spec = pytree.tree_flatten((args, kwargs))
     if in_spec != exported.call_spec.in_spec:
@@ -372,6 +374,28 @@ def exported_program_to_stablehlo(exported_model: ExportedProgram,
         state = {a.location.name: _to_numpy(a.value) for a in arguments
                  if a is not None and a.location.type_ == VariableType.PARAMETER}
     return StableHLOGraphModule(StableHLOModelBundle(state, constants, [func]))
+
+
+def _warn_dynamic_dims(exported: ExportedProgram) -> None:
+    """Say so when the program has dynamic dimensions (`torch.export`'s `Dim`): the export
+    traces the example inputs, so each becomes the example's size, and the StableHLO
+    takes those shapes only (PyTorch/XLA would keep them as `?`)."""
+    placeholders = {n.name: n for n in exported.graph.nodes if n.op == "placeholder"}
+    dynamic = []
+    for spec in exported.graph_signature.input_specs:
+        node = placeholders.get(spec.arg.name) if spec.kind == InputKind.USER_INPUT else None
+        value = None if node is None else node.meta.get("val")
+        if isinstance(value, torch.Tensor):
+            dims = [i for i, d in enumerate(value.shape) if isinstance(d, torch.SymInt)]
+            if dims:
+                dynamic.append(f"{spec.arg.name} dims {dims}")
+    if dynamic:
+        warnings.warn(
+            f"exported_program_to_stablehlo: the program's dynamic dimensions "
+            f"({'; '.join(dynamic)}) are exported at the sizes of the example inputs, so the "
+            "StableHLO accepts those shapes only: dynamic shapes are not exported here. "
+            "Export once per shape you need (override_tracing_arguments).",
+            UserWarning, stacklevel=3)
 
 
 def _run_decompositions(exported_model: ExportedProgram) -> ExportedProgram:
