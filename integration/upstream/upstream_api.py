@@ -287,6 +287,12 @@ MODULES: dict[str, Module] = {
             "prepare_computation_inputs",
         ),
     ),
+    "torch_xla.experimental.callback": Module(
+        "torch_xla/experimental/callback.py",
+        (
+            "on_ready_callback", "on_ready_event",
+        ),
+    ),
     "torch_xla.experimental.custom_kernel": Module(
         "torch_xla/experimental/custom_kernel.py",
         (
