@@ -18,6 +18,11 @@ the autograd engine add.
 Two backward variants: `backward()` lets autograd make the root gradient (`ones_like`, a
 pending tensor the bridge must compute before the backward program: one more
 execution, as in PyTorch/XLA); `backward(one)` passes a gradient already on the device.
+
+Last, torch's own floor: the same calls compiled with `backend="aot_eager"` on plain CPU
+tensors (dynamo's guards, AOTAutograd's wrappers and the autograd engine running eager
+kernels of this tiny model), and the step in eager PyTorch, which is what any backend's
+call costs before its own work.
 """
 
 from __future__ import annotations
@@ -116,6 +121,35 @@ def main() -> None:
     measure("inference (no_grad)", infer)
     measure("backward()", lambda: train(None))
     measure("backward(one)", lambda: train(one))
+    torch_floor()
+
+
+def torch_floor() -> None:
+    """The same calls with `backend="aot_eager"` on CPU tensors, and in eager PyTorch."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+    x = torch.randn(8, 16)
+
+    def loss(inp: torch.Tensor) -> torch.Tensor:
+        return model(inp).square().mean()
+
+    compiled = torch.compile(loss, backend="aot_eager")
+    for label, fn in (("aot_eager", compiled), ("eager", loss)):
+        def infer(fn=fn) -> None:
+            with torch.no_grad():
+                fn(x)
+
+        def train(fn=fn) -> None:
+            model.zero_grad(set_to_none=True)
+            fn(x).backward()
+
+        for _ in range(5):
+            infer()
+            train()
+        inference, training = quantiles_ms(infer), quantiles_ms(train)
+        print(f"torch alone, {label} on CPU tensors | p10/median ms: inference "
+              f"{inference[0]:.3f}/{inference[1]:.3f}, training backward() "
+              f"{training[0]:.3f}/{training[1]:.3f}")
 
 
 if __name__ == "__main__":
