@@ -23,5 +23,5 @@ def on_ready_event(tensor: torch.Tensor) -> threading.Event:
     """A `threading.Event` set once the device buffer of `tensor` holds its value (the
     same rules as `on_ready_callback`): `on_ready_event(t).wait(timeout)`."""
     ready = threading.Event()
-    torch_xla._XLAC._on_ready_callback(tensor, ready.set)
+    on_ready_callback(tensor, lambda _: ready.set())
     return ready
