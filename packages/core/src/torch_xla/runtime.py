@@ -56,16 +56,7 @@ def using_pjrt() -> bool:
     return True
 
 
-def _in_multiprocess_world() -> bool:
-    return distributed.topology() is not None or process_count() > 1
-
-
-def world_size() -> int:
-    """Number of replicas: every device of the job under xmp.spawn, every device that
-    replica threads drive (spawn_threads, DataParallel), else 1."""
-    if threads.replicas() is not None:
-        return replicas.world()
-    return global_device_count() if _in_multiprocess_world() else 1
+world_size = replicas.world_size
 
 
 def global_ordinal() -> int:

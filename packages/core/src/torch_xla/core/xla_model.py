@@ -21,9 +21,9 @@ from torch.utils._pytree import tree_leaves, tree_map_only
 import torch_xla
 import torch_xla.runtime as xr
 from torch_xla._atomic import atomic_open
-from torch_xla.lazy import dispatch, functional, graph, ir, nodes, rng, sharding, special
+from torch_xla.lazy import functional, graph, ir, nodes, rng, sharding, special
 from torch_xla.lazy.replicas import rendezvous as replica_rendezvous
-from torch_xla.lazy.tensor import XLATensor, device_index, not_xla_error
+from torch_xla.lazy.tensor import device_index, not_xla_error
 from torch_xla.lowering import collectives
 from torch_xla.pjrt import distributed, spmd, threads
 from torch_xla.pjrt.client import client
@@ -288,6 +288,25 @@ REDUCE_MIN = "min"
 REDUCE_MAX = "max"
 
 
+# While dynamo traces, xm's collectives over every replica emit torch's functional
+# collectives instead (dynamo traces torch ops only); on XLA tensors the engine records
+# them as the same nodes (`lazy/functional_collectives.py`).
+_FUNCTIONAL = torch.ops._c10d_functional
+_TORCH_REDUCE_OPS = {"sum": "sum", "mul": "product", "and": "band", "or": "bor", "min": "min",
+                     "max": "max"}
+
+
+@torch.compiler.assume_constant_result
+def _traced_world_size() -> int:
+    """`xr.world_size()`, read once while dynamo traces: a constant of the graph."""
+    return xr.world_size()
+
+
+def _traced(result: torch.Tensor, dim: int = 0) -> torch.Tensor:
+    """A functional collective's result, waited on, with dimension 0 moved to `dim`."""
+    return _FUNCTIONAL.wait_tensor(result).movedim(0, dim)
+
+
 def _record(rule: Callable, tensors: list[torch.Tensor], static: dict,
             shapes: list[tuple]) -> list[torch.Tensor]:
     """Record collective `rule` on user tensors; one new user tensor per output shape."""
@@ -327,10 +346,9 @@ def all_reduce(
     """Reduce over replicas. A tensor gives a new tensor; a list is reduced in place."""
     collectives.check_reduce_type(reduce_type)
     single = isinstance(inputs, torch.Tensor)
-    if single and scale == 1.0 and groups is None and torch.compiler.is_compiling():
-        # dynamo traces torch ops only: PyTorch's functional collective, which the engine
-        # records as the same node (_functional_all_reduce below)
-        return torch.ops._c10d_functional.all_reduce(inputs, reduce_type, "")
+    if single and groups is None and torch.compiler.is_compiling():
+        result = _traced(_FUNCTIONAL.all_reduce(inputs, _TORCH_REDUCE_OPS[reduce_type], ""))
+        return _scaled(result, scale) if scale != 1.0 else result
     tensors = [inputs] if single else list(inputs)
     if not tensors:
         return inputs
@@ -348,35 +366,6 @@ def all_reduce(
     return inputs
 
 
-@dispatch.special(torch.ops._c10d_functional.all_reduce.default)
-def _functional_all_reduce(func, args, kwargs):
-    """`torch.ops._c10d_functional.all_reduce(t, op, group)` on an engine tensor (what a
-    graph compiled from `xm.all_reduce` holds), over every replica."""
-    t, reduce_op, group_name = args
-    if group_name:
-        raise NotImplementedError(
-            f"{func} over process group {group_name!r}: only the group of every replica "
-            "(group name '') is supported on XLA tensors; use xm.all_reduce(..., groups=...)."
-        )
-    reduce_type = _FUNCTIONAL_REDUCE_OPS.get(reduce_op, reduce_op)
-    collectives.check_reduce_type(reduce_type)
-    world = xr.world_size()
-    if not collectives.records(world):
-        return XLATensor(*t.value)
-    static = dict(reduce_type=reduce_type, scale=1.0, groups=None, world=world)
-    (result,) = nodes.custom(collectives.all_reduce, "xla::all_reduce", [t], static,
-                             [(tuple(t.shape), t.dtype)])
-    return result
-
-
-@dispatch.special(torch.ops._c10d_functional.wait_tensor.default)
-def _functional_wait(func, args, kwargs):
-    return XLATensor(*args[0].value)  # the collective is part of the graph: nothing to wait on
-
-
-_FUNCTIONAL_REDUCE_OPS = {"product": "mul"}  # torch's names for the ops xm names otherwise
-
-
 def all_gather(
     value: torch.Tensor, dim: int = 0, groups: list[list[int]] | None = None,
     output: torch.Tensor | None = None, pin_layout: bool = True,
@@ -386,6 +375,10 @@ def all_gather(
     A list of tensors is gathered by one collective (`output`: a list too)."""
     if isinstance(value, list):
         return _all_gather_coalesced(value, dim, groups, output, pin_layout)
+    if groups is None and output is None and torch.compiler.is_compiling():
+        dim = collectives.check_dim(value.shape, dim)
+        return _traced(_FUNCTIONAL.all_gather_into_tensor(
+            value.movedim(dim, 0), _traced_world_size(), ""), dim)
     groups = collectives.check_groups(groups, xr.world_size())
     world = collectives.span(groups, xr.world_size())
     dim = collectives.check_dim(value.shape, dim)
@@ -436,6 +429,11 @@ def reduce_scatter(
         return [reduce_scatter(reduce_type, t, scale, scatter_dim, shard_count, groups, o,
                                pin_layout) for t, o in zip(input, outputs, strict=True)]
     collectives.check_reduce_type(reduce_type)
+    if groups is None and output is None and torch.compiler.is_compiling():
+        dim = collectives.check_dim(input.shape, scatter_dim)
+        result = _traced(_FUNCTIONAL.reduce_scatter_tensor(
+            input.movedim(dim, 0), _TORCH_REDUCE_OPS[reduce_type], shard_count, ""), dim)
+        return _scaled(result, scale) if scale != 1.0 else result
     groups = collectives.check_groups(groups, xr.world_size())
     world = collectives.span(groups, xr.world_size())
     count = collectives.check_parts(shard_count, groups, world, "reduce_scatter", "shard_count")

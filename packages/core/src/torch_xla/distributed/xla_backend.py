@@ -26,6 +26,7 @@ import logging
 from typing import Any
 
 import torch
+import torch._dynamo
 import torch.distributed as dist
 from torch._C._distributed_c10d import ProcessGroup, ReduceOp, Work, _DistributedBackendOptions
 
@@ -77,7 +78,9 @@ class ProcessGroupXla(ProcessGroup):
 
     # --- helpers ------------------------------------------------------------------
 
-    def _groups(self) -> list[list[int]] | None:
+    def replica_groups(self) -> list[list[int]] | None:
+        """This group's replica groups (None: one group of every replica), which torch's
+        functional collectives on XLA tensors also use (`lazy/functional_collectives.py`)."""
         return self._mesh or None
 
     def _group_size(self) -> int:
@@ -106,7 +109,7 @@ class ProcessGroupXla(ProcessGroup):
     def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> Work:
         reduce_type, scale = self._reduce_type(opts.reduceOp if opts else ReduceOp.SUM)
         if not self._is_identity():
-            xm.all_reduce(reduce_type, tensors, scale=scale, groups=self._groups(),
+            xm.all_reduce(reduce_type, tensors, scale=scale, groups=self.replica_groups(),
                           pin_layout=False)
         return _ret_work(tensors)
 
@@ -114,8 +117,8 @@ class ProcessGroupXla(ProcessGroup):
         root = opts.rootRank if opts is not None else 0
         if not self._is_identity():
             # Every process passes its own group's root: the 1-or-0 factor is data.
-            xm.collective_broadcast(tensors, self._global_rank_of(root), groups=self._groups(),
-                                    pin_layout=False)
+            xm.collective_broadcast(tensors, self._global_rank_of(root),
+                                    groups=self.replica_groups(), pin_layout=False)
         return _ret_work(tensors)
 
     def _global_rank_of(self, group_rank: int) -> int:
@@ -139,7 +142,7 @@ class ProcessGroupXla(ProcessGroup):
         """Every group member's `value`, concatenated along dim 0 (0-d values as 1-d)."""
         scalar = value.dim() == 0
         value = value.reshape(1) if scalar else value
-        return xm.all_gather(value, dim=0, groups=self._groups(), pin_layout=False), scalar
+        return xm.all_gather(value, dim=0, groups=self.replica_groups(), pin_layout=False), scalar
 
     def allgather(self, output_tensors_list: list[list[torch.Tensor]],
                   input_tensors: list[torch.Tensor], opts: Any = None) -> Work:
@@ -155,7 +158,7 @@ class ProcessGroupXla(ProcessGroup):
                             input_tensors: list[torch.Tensor], opts: Any = None) -> Work:
         """Every input gathered by one collective (`xm.all_gather` of a list)."""
         flat = [t.reshape(1) if t.dim() == 0 else t for t in input_tensors]
-        gathered = xm.all_gather(flat, dim=0, groups=self._groups(), pin_layout=False)
+        gathered = xm.all_gather(flat, dim=0, groups=self.replica_groups(), pin_layout=False)
         for value, result, outputs in zip(input_tensors, gathered, output_tensors_list,
                                           strict=True):
             parts = torch.split(result, max(value.numel(), 1) if value.dim() == 0
@@ -198,7 +201,7 @@ class ProcessGroupXla(ProcessGroup):
     def _reduce_scatter_into(self, output: torch.Tensor, value: torch.Tensor, opts: Any) -> None:
         reduce_type, scale = self._reduce_type(opts.reduceOp if opts else ReduceOp.SUM)
         xm.reduce_scatter(reduce_type, value, scale, 0, self._group_size(),
-                          groups=self._groups(), output=output, pin_layout=False)
+                          groups=self.replica_groups(), output=output, pin_layout=False)
 
     def reduce_scatter(self, output_tensors: list[torch.Tensor],
                        input_tensors_list: list[list[torch.Tensor]], opts: Any = None) -> Work:
@@ -238,7 +241,7 @@ class ProcessGroupXla(ProcessGroup):
                 "The xla backend's all_to_all_single needs equal splits: XLA's all-to-all "
                 f"cannot take split sizes (got {input_split_sizes} / {output_split_sizes})."
             )
-        result = xm.all_to_all(value, 0, 0, self._group_size(), groups=self._groups(),
+        result = xm.all_to_all(value, 0, 0, self._group_size(), groups=self.replica_groups(),
                                pin_layout=False)
         with torch.no_grad():
             output.copy_(result)
@@ -380,6 +383,11 @@ def new_xla_process_group(ranks: list[int] | range | None = None,
     return dist.new_group(ranks=list(ranks) if isinstance(ranks, range) else ranks,
                           timeout=timeout, backend=backend, pg_options=pg_options)
 
+
+# torch's C++ (DDP's reducer, c10d) calls this backend's Python methods while dynamo's frame
+# callback may be set (a DDP module under torch.compile): dynamo must run their frames, not
+# compile them (it cannot trace a process group's Python attributes).
+torch._dynamo.trace_rules.add(__name__)
 
 if BACKEND not in dist.Backend.backend_list:
     dist.Backend.register_backend(BACKEND, _create_xla_process_group, extended_api=True,

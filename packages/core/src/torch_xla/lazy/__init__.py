@@ -24,14 +24,21 @@ Modules, bottom-up (each imports only those above it in this list):
   fallback      running an op on the CPU
   dispatch      choosing the rule for each ATen op, and recording
   special       the engine's own rules, registered into dispatch's table
+  functional_collectives  torch's functional collectives (_c10d_functional) recorded as
+                the collectives xm records
   nested        the transformer fast path's nested tensors, held in padded form
   loop          a step recorded once, run as one XLA While loop (gradient accumulation,
                 scan, while_loop)
   region        a pure function recorded once per signature as a JAX function (assume_pure)
 
-Importing the package loads `special`, `nested` and `loop` (and so everything else but
-`region`): after it, every ATen op on an XLA tensor reaches `dispatch.run`, and torch's
-`while_loop` reaches `loop.while_loop`.
+Importing the package loads `special`, `functional_collectives`, `nested` and `loop` (and
+so everything else but `region`): after it, every ATen op on an XLA tensor reaches
+`dispatch.run`, and torch's `while_loop` reaches `loop.while_loop`.
 """
 
-from torch_xla.lazy import loop, nested, special  # noqa: F401  (register the engine's rules)
+from torch_xla.lazy import (  # noqa: F401  (register the engine's rules)
+    functional_collectives,
+    loop,
+    nested,
+    special,
+)

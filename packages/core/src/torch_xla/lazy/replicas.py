@@ -81,6 +81,17 @@ def world() -> int:
     return len(mesh_devices())
 
 
+def world_size() -> int:
+    """Number of replicas (`xr.world_size()`): every device of the job under xmp.spawn,
+    every device that replica threads drive (spawn_threads, DataParallel), else 1."""
+    if threads.replicas() is not None:
+        return world()
+    runtime = client()
+    if distributed.topology() is not None or runtime.process_count() > 1:
+        return runtime.global_device_count()
+    return 1
+
+
 def ordinal(device: int) -> int:
     """The replica ordinal (global ordinal) of this process's device `device`."""
     return mesh_devices().index(client().device(device))

@@ -1,7 +1,8 @@
 """Cross-replica collectives as JAX: the lowerings of `xm.all_reduce` and its siblings.
 
 They are not ATen ops, so they are not in the registry: `torch_xla.core.xla_model`
-checks its arguments with the rules below and records them on XLA tensors directly.
+checks its arguments with the rules below and records them on XLA tensors directly, as
+`torch_xla.lazy.functional_collectives` does for torch's `_c10d_functional` ops.
 Each function runs inside the graph's replicated program (`shard_map` over every
 device of the job, axis `AXIS`), one call per replica; its arrays are that replica's
 values.
@@ -262,6 +263,26 @@ def all_to_all(x, *, split_dim: int, concat_dim: int, groups: Groups, world: int
     _check_world(world, "all_to_all")
     return lax.all_to_all(x, AXIS, split_dim, concat_dim, tiled=True,
                           axis_index_groups=_index_groups(groups))
+
+
+@collective
+def broadcast(x, *, root: int, groups: Groups, world: int):
+    """Every replica gets the value of the replica at position `root` of its group: the
+    others' values are zeroed and XLA's all-reduce adds the group's bit patterns, as
+    unsigned integers of the dtype's width, so the root's values arrive exactly (NaNs
+    and -0.0 included)."""
+    _check_world(world, "broadcast")
+    mine = _position(groups, world) == root
+    if jnp.issubdtype(x.dtype, jnp.complexfloating):
+        parts = [broadcast(part, root=root, groups=groups, world=world)
+                 for part in (jnp.real(x), jnp.imag(x))]
+        return lax.complex(*parts).astype(x.dtype)
+    bits = jnp.dtype(f"uint{max(8, x.dtype.itemsize * 8)}")
+    word = x.astype(jnp.uint8) if x.dtype == jnp.bool_ else lax.bitcast_convert_type(x, bits)
+    total = lax.psum(jnp.where(mine, word, jnp.zeros_like(word)), AXIS,
+                     axis_index_groups=_index_groups(groups))
+    return total.astype(jnp.bool_) if x.dtype == jnp.bool_ else lax.bitcast_convert_type(
+        total, x.dtype)
 
 
 @collective

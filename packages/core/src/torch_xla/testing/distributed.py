@@ -57,6 +57,88 @@ def backend_worker(index: int = 0) -> dict[str, Any]:
     return out
 
 
+def functional_collectives_worker(index: int = 0) -> dict[str, Any]:
+    """torch's functional collectives on XLA tensors (`torch.distributed.
+    _functional_collectives`, on the world and on a subgroup), `dist.all_reduce` and xm's
+    collectives inside `torch.compile(backend='openxla')`; this process's results, with
+    the number of programs the compiled xm function ran."""
+    import warnings
+
+    import torch.distributed as dist
+    import torch.distributed._functional_collectives as funcol
+
+    import torch_xla
+    import torch_xla.core.xla_model as xm
+    import torch_xla.debug.metrics as met
+    import torch_xla.distributed.xla_backend  # noqa: F401 - registers "xla"
+
+    warnings.simplefilter("ignore", FutureWarning)  # torch renamed some funcol functions
+    dist.init_process_group("xla", init_method="xla://")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch_xla.device()
+    x = (torch.arange(8, dtype=torch.float32).reshape(4, 2) + 10 * rank).to(device)
+    world_group = dist.group.WORLD
+    out = {
+        "sum": funcol.all_reduce(x, "sum", world_group),
+        "avg": funcol.all_reduce(x, "avg", world_group),
+        "max": funcol.all_reduce(x, "max", world_group),
+        "gather0": funcol.all_gather_tensor(x, 0, world_group),
+        "gather1": funcol.all_gather_tensor(x, 1, world_group),
+        "scatter": funcol.reduce_scatter_tensor(x, "sum", 0, world_group),
+        "broadcast": funcol.broadcast(x, 1, world_group),
+        "all_to_all": funcol.all_to_all_single(x, None, None, world_group),
+        "coalesced": funcol.all_reduce_coalesced([x, x * 2], "sum", world_group),
+    }
+    # The root's bits arrive exactly (NaN, -0.0); ints and bools too.
+    special = torch.tensor([float("nan"), -0.0, 1.5, -2.0]) if rank == 1 else torch.ones(4)
+    out["broadcast_bits"] = funcol.broadcast(special.to(device), 1, world_group)
+    out["broadcast_int"] = funcol.broadcast(torch.tensor([rank, -rank]).to(device), 1,
+                                            world_group)
+    out["broadcast_bool"] = funcol.broadcast(torch.tensor([rank == 1, rank != 1]).to(device),
+                                             1, world_group)
+    # Rows of a 2 x (world / 2) mesh: ranks 0-1, 2-3, ... each reduce among themselves.
+    options = {"xla_pg_options": {"spmd": True}}
+    rows = [dist.new_group(list(range(r, r + 2)), pg_options=options)
+            for r in range(0, world, 2)]
+    row = rows[rank // 2]
+    out["row_sum"] = funcol.all_reduce(x, "sum", row)
+    out["row_broadcast"] = funcol.broadcast(x, 1, row)
+
+    def add_then_double(t):
+        dist.all_reduce(t)  # in place: dynamo writes it back to the caller's tensor
+        return t * 2
+
+    y = x.clone()
+    out["compiled_dist"] = torch.compile(add_then_double, backend="openxla")(y)
+    out["written_back"] = y
+
+    def xm_collectives(t):
+        return (xm.all_gather(t, dim=1), xm.reduce_scatter(xm.REDUCE_SUM, t, 0.5, 0, world),
+                xm.all_reduce(xm.REDUCE_MAX, t, scale=2.0))
+
+    torch_xla.sync()
+    met.clear_all()
+    out["compiled_xm"] = torch.compile(xm_collectives, backend="openxla")(x)
+    torch_xla.sync()
+    out["programs"] = met.metric_data("ExecuteTime")[0]
+
+    # DDP under torch.compile: DDP's C++ reducer calls the backend's Python methods while
+    # dynamo's frame callback is set.
+    model = make_model().to(device)
+    ddp = torch.compile(torch.nn.parallel.DistributedDataParallel(model), backend="openxla")
+    optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for inputs, labels in make_batches(3, 2 * world):
+        part = slice(2 * rank, 2 * rank + 2)
+        optimizer.zero_grad()
+        F.cross_entropy(ddp(inputs[part].to(device)), labels[part].to(device)).backward()
+        optimizer.step()
+        torch_xla.sync()
+    out["ddp_state"] = model.state_dict()
+    out = _cpu(out)
+    dist.destroy_process_group()
+    return out
+
+
 # --- ZeRO-1 --------------------------------------------------------------------------------
 
 
