@@ -88,6 +88,8 @@ def test_collectives_inside_torch_compile(results):
         torch.testing.assert_close(scattered, total.chunk(WORLD, 0)[rank] * 0.5)
         torch.testing.assert_close(biggest, torch.stack(xs).amax(0) * 2.0)
         assert got["programs"] == 1  # one graph: no break at the collectives
+        torch.testing.assert_close(got["compiled_broadcast"], xs[1] * 2)
+        assert got["broadcast_graphs"] == 2  # torch's one break, at dist.broadcast
 
 
 def test_ddp_under_torch_compile_trains_as_eager_on_the_whole_batch(results):

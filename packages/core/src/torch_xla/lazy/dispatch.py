@@ -552,7 +552,9 @@ _LOADED_BY_TORCH_ON_FIRST_OP = (
 # Packages whose frames dynamo must not compile on their own. The engine runs eagerly under
 # a compiled function (an op that breaks dynamo's graph, the backward after a break, an op
 # between two graphs) while dynamo's frame callback is still set, and dynamo would compile
-# its Python frames as user code (and jax's, which it does not skip either). Registered
+# its Python frames as user code (and jax's, which it does not skip either); so does xm,
+# which torch.distributed's xla backend calls from C++ (DDP's reducer, a broadcast dynamo
+# left to run eagerly). Registered
 # with the engine's first load, not by the dynamo bridge: a break before the first
 # compiled graph comes before torch imports the bridge. Code dynamo is tracing may still
 # call into them (`xm.all_reduce` under `fullgraph=True` checks its arguments with
@@ -561,8 +563,8 @@ _LOADED_BY_TORCH_ON_FIRST_OP = (
 # `extract_compiled_graph` or a compiled graph) runs its engine calls on fake tensors, so
 # dynamo breaks the graph there, as at PyTorch/XLA's C++ bridge.
 _NOT_COMPILED_ALONE_BY_DYNAMO = ("torch_xla._dynamo", "torch_xla._metrics",
-                                 "torch_xla.backend", "torch_xla.lazy", "torch_xla.lowering",
-                                 "torch_xla.pjrt", "jax", "jaxlib")
+                                 "torch_xla.backend", "torch_xla.core", "torch_xla.lazy",
+                                 "torch_xla.lowering", "torch_xla.pjrt", "jax", "jaxlib")
 _NEVER_TRACED_BY_DYNAMO = ("torch_xla._dynamo",)
 
 

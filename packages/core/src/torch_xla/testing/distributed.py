@@ -122,6 +122,16 @@ def functional_collectives_worker(index: int = 0) -> dict[str, Any]:
     torch_xla.sync()
     out["programs"] = met.metric_data("ExecuteTime")[0]
 
+    # torch breaks the graph at dist.broadcast (c10d's options object); the backend then
+    # runs it eagerly, and xm's frames it calls run too, not compiled alone by dynamo.
+    def broadcast_inside(t):
+        t = t.clone()
+        dist.broadcast(t, src=1)
+        return t * 2
+
+    out["broadcast_graphs"] = torch._dynamo.explain(broadcast_inside)(x).graph_count
+    out["compiled_broadcast"] = torch.compile(broadcast_inside, backend="openxla")(x)
+
     # DDP under torch.compile: DDP's C++ reducer calls the backend's Python methods while
     # dynamo's frame callback is set.
     model = make_model().to(device)
