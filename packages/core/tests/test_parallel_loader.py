@@ -92,6 +92,37 @@ def test_dropping_the_iterator_after_a_break_stops_the_threads(device):
     assert loader_threads() == 0
 
 
+def test_exit_waits_for_the_threads_of_a_loop_left_early(device):
+    """At exit the threads of a loader a loop broke out of are stopped and joined (they
+    were daemons left moving batches, and the runtime torn down under a copy aborted the
+    process); the hook runs before the engine's own exit hook."""
+    for _ in pl.MpDeviceLoader(make_loader(batches=50), device, device_prefetch_size=4):
+        break
+    running = [t for t in threading.enumerate()
+               if "_read_host" in t.name or "_transfer" in t.name]
+    pl._close_at_exit()
+    assert running and not any(t.is_alive() for t in running)
+
+
+def test_a_script_leaving_a_loader_early_exits_cleanly():
+    """Before the fix, most runs of this script aborted at exit (exit code 134)."""
+    script = """
+        import torch
+        import torch_xla.core.xla_model as xm
+        import torch_xla.distributed.parallel_loader as pl
+        from torch_xla.utils.utils import SampleGenerator
+        data = SampleGenerator(data=torch.randn(4096, 4096), sample_count=64)
+        for step, batch in enumerate(pl.MpDeviceLoader(data, xm.xla_device())):
+            if step == 2:
+                break
+        print("left the loop")
+        """
+    for _ in range(3):
+        result = run_python(script, env={"PJRT_DEVICE": "CPU"}, timeout=120)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "left the loop" in result.stdout
+
+
 def test_mark_step_every_batches_per_execution(device):
     met.clear_all()
     before = met.counter_value("MarkStep") or 0

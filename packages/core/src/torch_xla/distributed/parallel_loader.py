@@ -5,12 +5,16 @@ transfer threads move batches to the device into a bounded device queue. The
 training loop takes ready device batches, so reading and transfer overlap the
 device's compute. Every `batches_per_execution` batches the loader calls
 `xm.mark_step()`, which is why a loop over it needs no explicit step marker.
+A loop that breaks out early leaves the threads to stop on their own; at the latest,
+the interpreter's exit stops and joins them before the runtime shuts down.
 """
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
+import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -21,6 +25,10 @@ from torch_xla.lazy import sharding
 
 _END = object()  # no more batches
 _POLL_SECONDS = 0.1  # how often a blocked worker checks whether the loader was closed
+# At exit, how long to wait for each worker thread still running: one moving a batch ends
+# once the copy is done; one blocked inside the user's host loader may never end.
+_EXIT_JOIN_SECONDS = 30.0
+_live: weakref.WeakSet = weakref.WeakSet()  # loaders whose worker threads may be running
 
 
 class _Failure:
@@ -138,6 +146,7 @@ class ParallelLoader:
         ]
         self._transfers_left = {d: host_to_device_transfer_threads for d in self._devices}
         self._lock = threading.Lock()
+        _live.add(self)
         for thread in self._threads:
             thread.start()
 
@@ -161,12 +170,13 @@ class ParallelLoader:
         """Ask the worker threads to end, without waiting for them."""
         self._closed.set()
 
-    def close(self) -> None:
-        """Stop the worker threads and wait for them (idempotent)."""
+    def close(self, timeout: float | None = None) -> None:
+        """Stop the worker threads and wait for them, each at most `timeout` seconds if
+        given (idempotent)."""
         self.stop()
         for thread in self._threads:
             if thread is not threading.current_thread():
-                thread.join()
+                thread.join(timeout)
 
     # --- worker threads ---------------------------------------------------
 
@@ -219,3 +229,16 @@ class MpDeviceLoader:
 
     def __len__(self) -> int:
         return len(self._loader)
+
+
+def _close_at_exit() -> None:
+    """Stop every loader's worker threads and wait for them before the interpreter and the
+    runtime shut down: a loop that breaks out of a loader leaves them moving batches to
+    the device, and the runtime torn down under a running copy aborts the process
+    (`terminate called without an active exception`, exit code 134). Registered after
+    the engine's own exit hook (`lazy/graph.py`), so it runs before it."""
+    for loader in list(_live):
+        loader.close(_EXIT_JOIN_SECONDS)
+
+
+atexit.register(_close_at_exit)
