@@ -58,9 +58,9 @@ REASONS: dict[str | tuple[str, str], str] = {
                  "extract_compiled_graph_helper", "extract_graph_helper",
                  "partition_fx_graph_for_cpu_fallback")},
     "torch_xla.experimental.custom_kernel": NOT_BUILT + "upstream's Pallas kernels for TPUs "
-    "(flash, paged and ragged attention, grouped matmul, int8 matmul: Mosaic custom calls for "
-    "one chip family, whose place would be torch-xla-tpu); plain PyTorch attention compiles "
-    "on every device",
+    "(paged and ragged attention, grouped matmul, int8 matmul: Mosaic custom calls for one "
+    "chip family, whose place would be torch-xla-tpu) and the internals of its flash "
+    "attention kernel; `flash_attention` itself is here, as XLA ops every device compiles",
     "torch_xla.distributed.data_parallel": NOT_BUILT + "thread-per-device `DataParallel`",
     "torch_xla.experimental.gradient_accumulation": "upstream's helper that builds the While "
     "loop with its C++ XLA builder; here the loop is a jax `fori_loop` (lazy/loop.py)",
