@@ -99,7 +99,7 @@ def text(sharding: Any, ndim: int) -> str:
 
 
 def _constrain(x: Any, layout: Layout) -> Any:
-    return jax.lax.with_sharding_constraint(x, layout.sharding)
+    return jax.lax.with_sharding_constraint(x, spmd.constraint(layout.sharding, x.ndim))
 
 
 def check_spmd(what: str) -> None:

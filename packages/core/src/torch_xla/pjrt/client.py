@@ -18,6 +18,8 @@ measured by `ExecutionClock` without making the launching thread wait.
 from __future__ import annotations
 
 import atexit
+import contextlib
+import functools
 import os
 import queue
 import threading
@@ -28,6 +30,7 @@ from typing import Any
 import jax
 import numpy as np
 from jax._src.lib import xla_client
+from jax._src.sharding import IndivisibleError
 from jax.profiler import TraceAnnotation
 
 from torch_xla import _metrics
@@ -89,6 +92,25 @@ def _owned(host: np.ndarray, copied: bool) -> np.ndarray:
         except ValueError:  # NumPy keeps the flag where it cannot see whose memory it is
             host = np.array(host, copy=True)
     return host
+
+
+def _lowered(fn: Callable[..., Any], args: tuple, options: dict, gspmd: bool) -> Any:
+    """`fn` jitted with `options` and lowered for `args`; `gspmd`: with every layout given
+    as XLA's (`spmd.gspmd_layouts`), so that jax keeps the layouts XLA's partitioner
+    chooses for the outputs instead of naming them on one input's mesh."""
+    if gspmd:
+        options = dict(options, in_shardings=tuple(
+            [spmd.as_gspmd(a.sharding, a.ndim) for a in args]))
+        fn = functools.partial(fn)  # traced anew: jax keeps traces per function
+    jitted = jax.jit(fn, **options)
+    try:
+        with spmd.gspmd_layouts() if gspmd else contextlib.nullcontext():
+            return jitted.lower(*args)
+    except ValueError as e:
+        better = _device_order_error(args)
+        if better is None:
+            raise
+        raise better from e
 
 
 def _device_order_error(args: tuple) -> ValueError | None:
@@ -235,15 +257,14 @@ class Client:
         options: dict[str, Any] = {"donate_argnums": tuple(donate)} if donate else {}
         if out_shardings is not None:
             options["out_shardings"] = out_shardings
-        jitted = jax.jit(fn, **options)
+        mixed = spmd.enabled() and spmd.mixed_layouts(args)
         try:
-            lowered = jitted.lower(*args)
-        except ValueError as e:
-            better = _device_order_error(args)
-            if better is None:
+            compiled = _lowered(fn, args, options, mixed).compile()
+        except IndivisibleError:
+            if mixed:
                 raise
-            raise better from e
-        compiled = lowered.compile()
+            # a constraint on another mesh than the inputs' (spmd.mixed_layouts)
+            compiled = _lowered(fn, args, options, True).compile()
         _metrics.metric("EagerOpCompileTime" if eager else "CompileTime").add(
             time.perf_counter() - start)
         _metrics.counter("CreateCompileHandles").inc()

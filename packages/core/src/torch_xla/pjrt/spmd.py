@@ -14,14 +14,17 @@ engine (tensors made before keep their data and are replicated on first use);
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import jax
 import numpy as np
+from jax._src.sharding_impls import GSPMDSharding
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
 USE_SPMD_VARIABLE = "XLA_USE_SPMD"
@@ -93,6 +96,52 @@ def on_devices(arrays: Sequence[jax.Array], devices: tuple) -> list[jax.Array]:
 def _whole(sharding: NamedSharding) -> bool:
     """Whether every device holds the whole array (a spec naming no mesh axis)."""
     return all(entry is None for entry in sharding.spec)
+
+
+def mixed_layouts(arrays: Sequence[jax.Array]) -> bool:
+    """Whether a program over `arrays` is compiled with its layouts given as XLA's own
+    (`gspmd_layouts`): its sharded inputs lie on more than one mesh, or come from such a
+    program. jax names a program's output layouts on the mesh of its first input laid out
+    on a mesh, and fails at compile when a layout XLA's partitioner chose for an output
+    cannot be written on that mesh (an output tiled in 2 and replicated in 2, where that
+    mesh is one axis of 4 devices: weights on a 2x2 mesh, the batch on a 4x1 one)."""
+    meshes = set()
+    for array in arrays:
+        sharding = array.sharding
+        if type(sharding) is GSPMDSharding:
+            return True
+        if type(sharding) is NamedSharding and not _whole(sharding):
+            meshes.add(sharding.mesh)
+    return len(meshes) > 1
+
+
+_gspmd = threading.local()
+
+
+@contextlib.contextmanager
+def gspmd_layouts() -> Iterator[None]:
+    """Within it, the sharding constraints lowered into a program name their layouts as
+    XLA's (`constraint`); the compiler gives the inputs' layouts so too (`as_gspmd`).
+    A program lowered so names no mesh, and its outputs keep the layouts XLA chose."""
+    _gspmd.on = True
+    try:
+        yield
+    finally:
+        _gspmd.on = False
+
+
+def as_gspmd(sharding: Any, ndim: int) -> GSPMDSharding:
+    """`sharding` of an array of `ndim` dims as XLA's sharding over the same devices."""
+    if type(sharding) is GSPMDSharding:
+        return sharding
+    return GSPMDSharding(sharding._device_assignment, sharding._to_xla_hlo_sharding(ndim),
+                         memory_kind=sharding.memory_kind)
+
+
+def constraint(sharding: Any, ndim: int) -> Any:
+    """The sharding a constraint of `ndim` dims is lowered with: `sharding`, or its XLA
+    form within `gspmd_layouts()`."""
+    return as_gspmd(sharding, ndim) if getattr(_gspmd, "on", False) else sharding
 
 
 def layout_key(arrays: Sequence[jax.Array]) -> tuple:
