@@ -292,10 +292,6 @@ REDUCE_MAX = "max"
 # collectives instead (dynamo traces torch ops only); on XLA tensors the engine records
 # them as the same nodes (`lazy/functional_collectives.py`).
 _FUNCTIONAL = torch.ops._c10d_functional
-_TORCH_REDUCE_OPS = {"sum": "sum", "mul": "product", "and": "band", "or": "bor", "min": "min",
-                     "max": "max"}
-
-
 @torch.compiler.assume_constant_result
 def _traced_world_size() -> int:
     """`xr.world_size()`, read once while dynamo traces: a constant of the graph."""
@@ -347,7 +343,8 @@ def all_reduce(
     collectives.check_reduce_type(reduce_type)
     single = isinstance(inputs, torch.Tensor)
     if single and groups is None and torch.compiler.is_compiling():
-        result = _traced(_FUNCTIONAL.all_reduce(inputs, _TORCH_REDUCE_OPS[reduce_type], ""))
+        op = collectives.TORCH_OP_OF_REDUCE_TYPE[reduce_type]
+        result = _traced(_FUNCTIONAL.all_reduce(inputs, op, ""))
         return _scaled(result, scale) if scale != 1.0 else result
     tensors = [inputs] if single else list(inputs)
     if not tensors:
@@ -431,8 +428,9 @@ def reduce_scatter(
     collectives.check_reduce_type(reduce_type)
     if groups is None and output is None and torch.compiler.is_compiling():
         dim = collectives.check_dim(input.shape, scatter_dim)
+        op = collectives.TORCH_OP_OF_REDUCE_TYPE[reduce_type]
         result = _traced(_FUNCTIONAL.reduce_scatter_tensor(
-            input.movedim(dim, 0), _TORCH_REDUCE_OPS[reduce_type], shard_count, ""), dim)
+            input.movedim(dim, 0), op, shard_count, ""), dim)
         return _scaled(result, scale) if scale != 1.0 else result
     groups = collectives.check_groups(groups, xr.world_size())
     world = collectives.span(groups, xr.world_size())

@@ -38,16 +38,6 @@ from torch_xla.lowering import collectives
 BACKEND = "xla"
 logger = logging.getLogger("torch_xla")
 
-_REDUCE_TYPES = {
-    ReduceOp.SUM: xm.REDUCE_SUM,
-    ReduceOp.PRODUCT: xm.REDUCE_MUL,
-    ReduceOp.MIN: xm.REDUCE_MIN,
-    ReduceOp.MAX: xm.REDUCE_MAX,
-    ReduceOp.BAND: xm.REDUCE_AND,
-    ReduceOp.BOR: xm.REDUCE_OR,
-}
-
-
 def _ret_work(result: Any) -> Work:
     """A finished `Work` holding `result`: the collective is already part of the graph."""
     future = torch.futures.Future()
@@ -96,8 +86,8 @@ class ProcessGroupXla(ProcessGroup):
         """(xm reduce type, scale) for a `ReduceOp` (AVG is SUM scaled by the group size)."""
         if op == ReduceOp.AVG:
             return xm.REDUCE_SUM, 1.0 / self._group_size()
-        for known, reduce_type in _REDUCE_TYPES.items():
-            if op == known:
+        for name, reduce_type in collectives.REDUCE_TYPE_OF_TORCH_OP.items():
+            if op == getattr(ReduceOp, name.upper()):
                 return reduce_type, 1.0
         raise NotImplementedError(
             f"The xla backend cannot reduce with {op}; use SUM, AVG, PRODUCT, MIN, MAX, BAND "

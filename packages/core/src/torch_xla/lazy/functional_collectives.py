@@ -28,37 +28,39 @@ from torch_xla.lowering import collectives
 
 _OPS = torch.ops._c10d_functional
 _EVERY_REPLICA = ("", "default")
-# torch's reduce-op names for the collective reductions named otherwise in xm; "avg" is a
-# sum scaled by 1 / group size.
-_REDUCE_TYPES = {"sum": "sum", "avg": "sum", "product": "mul", "min": "min", "max": "max",
-                 "band": "and", "bor": "or"}
+
 
 
 def _group(func: Any, group: Any) -> tuple[collectives.Groups, int]:
-    """The replica groups `group` (a name or a process group) stands for, and the world."""
+    """The replica groups `group` (a name or a process group) stands for, and the number
+    of replicas they span."""
     world = replicas.world_size()
-    if isinstance(group, str) and (group in _EVERY_REPLICA or not _registered(group)):
-        return None, world
-    backend = _xla_backend(func, group)
-    return collectives.check_groups(backend.replica_groups(), world), world
+    groups = None
+    process_group = _process_group(group)
+    if process_group is not None:
+        groups = collectives.check_groups(_xla_backend(func, group, process_group)
+                                          .replica_groups(), world)
+    return groups, collectives.span(groups, world)
 
 
-def _registered(name: str) -> bool:
-    if not dist.is_available() or not dist.is_initialized():
-        return False
+def _process_group(group: Any) -> Any:
+    """The process group `group` is, or None for every replica (a name no group is
+    registered under, "" and "default")."""
+    if not isinstance(group, str):
+        return group
+    if group in _EVERY_REPLICA or not dist.is_available() or not dist.is_initialized():
+        return None
     try:
-        dist.distributed_c10d._resolve_process_group(name)
+        return dist.distributed_c10d._resolve_process_group(group)
     except (ValueError, RuntimeError):
-        return False
-    return True
+        return None
 
 
-def _xla_backend(func: Any, group: Any) -> Any:
-    pg = dist.distributed_c10d._resolve_process_group(group) if isinstance(group, str) else group
-    backend = pg  # the xla backend's groups are its own process groups
+def _xla_backend(func: Any, group: Any, process_group: Any) -> Any:
+    backend = process_group  # the xla backend's groups are its own process groups
     if not hasattr(backend, "replica_groups"):
         try:
-            backend = pg._get_backend(torch.device("xla"))
+            backend = process_group._get_backend(torch.device("xla"))
         except RuntimeError:
             backend = None
     if not hasattr(backend, "replica_groups"):
@@ -71,10 +73,12 @@ def _xla_backend(func: Any, group: Any) -> Any:
 
 
 def _reduce_type(reduce_op: str) -> str:
-    found = _REDUCE_TYPES.get(reduce_op.lower())
+    """xm's name of torch's reduce op `reduce_op` ("avg": a sum, scaled by `_scale`)."""
+    op = reduce_op.lower()
+    found = collectives.REDUCE_TYPE_OF_TORCH_OP.get("sum" if op == "avg" else op)
     if found is None:
         raise ValueError(f"Reduce op {reduce_op!r} is not supported on XLA tensors; use one "
-                         f"of {sorted(_REDUCE_TYPES)}.")
+                         f"of {sorted([*collectives.REDUCE_TYPE_OF_TORCH_OP, 'avg'])}.")
     return found
 
 
@@ -102,7 +106,6 @@ def _record(rule: Any, t: XLATensor, static: dict, shape: tuple) -> XLATensor:
 def _all_reduce(func: Any, t: XLATensor, reduce_op: str, group: Any) -> XLATensor:
     reduce_type = _reduce_type(reduce_op)
     groups, world = _group(func, group)
-    world = collectives.span(groups, world)
     if not collectives.records(world):
         return _copy(t)
     static = dict(reduce_type=reduce_type, groups=groups, world=world,
@@ -112,7 +115,6 @@ def _all_reduce(func: Any, t: XLATensor, reduce_op: str, group: Any) -> XLATenso
 
 def _all_gather(func: Any, t: XLATensor, group_size: int, group: Any) -> XLATensor:
     groups, world = _group(func, group)
-    world = collectives.span(groups, world)
     count = _check_count(func, group_size, groups, world)
     if t.dim() == 0:
         raise ValueError(f"{func} gathers along dimension 0: give it a tensor of at least "
@@ -127,7 +129,6 @@ def _reduce_scatter(func: Any, t: XLATensor, reduce_op: str, group_size: int,
                     group: Any) -> XLATensor:
     reduce_type = _reduce_type(reduce_op)
     groups, world = _group(func, group)
-    world = collectives.span(groups, world)
     count = _check_count(func, group_size, groups, world)
     if t.dim() == 0:
         raise ValueError(f"{func} scatters along dimension 0: give it a tensor of at least "
@@ -179,7 +180,6 @@ def _all_to_all_single_rule(func, args, kwargs):
     """Equal parts only, as XLA's all-to-all: part i of dimension 0 goes to replica i."""
     t, output_split_sizes, input_split_sizes, group = args
     groups, world = _group(func, group)
-    world = collectives.span(groups, world)
     count = collectives.group_size(groups, world)
     if t.dim() == 0:
         raise ValueError(f"{func} splits dimension 0: give it a tensor of at least one "
@@ -204,7 +204,6 @@ def _broadcast_rule(func, args, kwargs):
     """`src` is the rank within the group, as c10d's broadcast takes it."""
     t, src, group = args
     groups, world = _group(func, group)
-    world = collectives.span(groups, world)
     count = collectives.group_size(groups, world)
     if not 0 <= src < count:
         raise ValueError(f"{func}: src={src} is not a rank of a group of {count} replicas.")

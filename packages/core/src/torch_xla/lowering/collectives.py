@@ -41,6 +41,11 @@ from jax.extend.core import Primitive
 AXIS = "replica"
 
 REDUCE_TYPES = ("sum", "mul", "and", "or", "min", "max")
+# the reduce types by torch.distributed's names for them (its ReduceOp, functional
+# collectives' strings); torch's "avg" is a sum scaled by 1 / group size
+REDUCE_TYPE_OF_TORCH_OP = {"sum": "sum", "product": "mul", "band": "and", "bor": "or",
+                           "min": "min", "max": "max"}
+TORCH_OP_OF_REDUCE_TYPE = {v: k for k, v in REDUCE_TYPE_OF_TORCH_OP.items()}
 Groups = tuple[tuple[int, ...], ...] | None
 
 
