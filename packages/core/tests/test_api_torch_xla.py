@@ -121,11 +121,6 @@ def test_compile_full_graph_accepts_one_graph_and_rejects_a_host_read():
     torch.testing.assert_close(torch_xla.compile(reads_host)(x).cpu(), x.cpu() * 2 + 1)
 
 
-def test_compile_rejects_max_different_graphs():
-    with pytest.raises(NotImplementedError, match="max_different_graphs"):
-        torch_xla.compile(lambda: None, max_different_graphs=2)
-
-
 def test_manual_seed_repeats_random_numbers():
     device = torch_xla.device()
     torch_xla.manual_seed(42)

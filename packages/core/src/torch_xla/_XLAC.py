@@ -688,6 +688,42 @@ def _set_allow_execution(allow: bool) -> None:
     graph.set_allow_execution(allow)
 
 
+# --- the dynamic shape detector (torch_xla.compile's num_different_graphs_allowed) -----
+
+
+def _dynamic_shape_detector_set_max_num_different_graphs_allowed(count: int) -> None:
+    """How many different graphs a session started from now on may trace."""
+    from torch_xla.lazy import dynamic_shape_detector
+
+    dynamic_shape_detector.set_limit(count)
+
+
+# its name in PyTorch/XLA 2.6
+_dynamic_shape_detector_set_max_different_graphs = (
+    _dynamic_shape_detector_set_max_num_different_graphs_allowed)
+
+
+def _dynamic_shape_detector_start_session(name: str) -> None:
+    """Start tracing one call of session `name`: its recorded nodes are one graph."""
+    from torch_xla.lazy import dynamic_shape_detector
+
+    dynamic_shape_detector.start(name)
+
+
+def _dynamic_shape_detector_end_session() -> None:
+    """End the call started last; RuntimeError when its graph is one too many."""
+    from torch_xla.lazy import dynamic_shape_detector
+
+    dynamic_shape_detector.end()
+
+
+def _dynamic_shape_detector_remove_session(name: str) -> None:
+    """Forget the graphs of session `name`."""
+    from torch_xla.lazy import dynamic_shape_detector
+
+    dynamic_shape_detector.remove(name)
+
+
 _LAZY_BACKEND = {"registered": False}
 
 

@@ -12,6 +12,8 @@ import contextlib
 import importlib
 import importlib.util
 import os
+import uuid
+import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -110,47 +112,87 @@ def manual_seed(seed: int, device: torch.device | str | None = None) -> None:
 
 
 def compile(f: Callable | None = None, full_graph: bool = False, name: str | None = None,
-            max_different_graphs: int | None = None) -> Any:
+            num_different_graphs_allowed: int | None = None, *,
+            max_different_graphs: int | None = None,
+            allowed_traces: int | None = None) -> Any:
     """Trace `f` lazily and run it as compiled graphs: a sync before and after each call.
 
     Without `f`, a context manager doing the same around its block. With
     `full_graph=True` the traced code must become one graph: if it made the device
     run anything before the final sync (`.item()`, `.cpu()`, `print` of a pending
     tensor, a CPU-fallback op), RuntimeError names how many graphs ran.
-    `max_different_graphs` is not supported (see docs/migration.md).
+    `num_different_graphs_allowed=n`: the calls of `f` may trace at most `n` different
+    graphs (another input shape, another branch taken); a call that would trace one
+    more raises RuntimeError at the first op that differs, saying what the earlier
+    graphs did there (`lazy/dynamic_shape_detector.py`). `max_different_graphs` and
+    `allowed_traces` are its names in earlier PyTorch/XLA releases.
     """
-    if max_different_graphs is not None:
-        raise NotImplementedError(
-            "torch_xla.compile(max_different_graphs=...) is not supported: the engine does "
-            "not track graphs per function. Leave it None and watch the UncachedCompile "
-            "counter (torch_xla.debug.metrics) instead."
-        )
-    label = name or getattr(f, "__name__", None) or "the compiled block"
-    scope = _CompiledScope(label, full_graph)
+    limits = {k: v for k, v in (("num_different_graphs_allowed", num_different_graphs_allowed),
+                                ("max_different_graphs", max_different_graphs),
+                                ("allowed_traces", allowed_traces)) if v is not None}
+    if len(limits) > 1:
+        raise TypeError(f"torch_xla.compile: {' and '.join(limits)} are one setting under "
+                        "several names; pass num_different_graphs_allowed only.")
+    limit = next(iter(limits.values()), None)
+    if name is None and f is not None:
+        name = getattr(f, "__name__", None) or str(f)
+    session = _detector_session(f, name) if limit is not None else None
+    scope = _CompiledScope(name or "the compiled block", full_graph, limit, session)
     return scope if f is None else scope(f)
+
+
+# The functions given a graph limit, by session name: a session whose function is gone
+# is started afresh (another function may get its id).
+_LIMITED: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _detector_session(f: Callable | None, name: str | None) -> str:
+    """The dynamic shape detector's session of compiled function `f`, as PyTorch/XLA
+    names it: the function's name and id (a fresh one for each `with` block)."""
+    if f is None:
+        return f"block_{uuid.uuid4()}"
+    session = f"{name}_{id(f)}"
+    if _LIMITED.get(session) is not f:
+        _XLAC._dynamic_shape_detector_remove_session(session)
+        try:
+            _LIMITED[session] = f
+        except TypeError:  # not weakly referable: its session lives as long as the process
+            pass
+    return session
 
 
 class _CompiledScope(contextlib.ContextDecorator):
     """`torch_xla.compile`'s region: sync, trace, sync; counts graphs run in between.
-    Inside it eager mode is off, so the block is traced lazily into one graph."""
+    Inside it eager mode is off, so the block is traced lazily into one graph; with a
+    graph `limit`, the block's trace is one of `session`'s (the dynamic shape detector)."""
 
-    def __init__(self, name: str, full_graph: bool) -> None:
+    def __init__(self, name: str, full_graph: bool, limit: int | None = None,
+                 session: str | None = None) -> None:
         self.name, self.full_graph = name, full_graph
+        self.limit, self.session = limit, session
         self._starts: list[int] = []  # one per active call: a compiled function may recurse
         self._eager: list[bool] = []  # the eager mode each active call replaced
 
     def __enter__(self) -> None:
+        if self.limit is not None:  # first: a bad limit raises before anything changed
+            _XLAC._dynamic_shape_detector_set_max_num_different_graphs_allowed(self.limit)
         self._eager.append(_XLAC._get_use_eager_mode())
         _XLAC._set_use_eager_mode(False)
         sync()
         self._starts.append(_graphs_run())
+        if self.limit is not None:
+            _XLAC._dynamic_shape_detector_start_session(self.session)
 
     def __exit__(self, kind, error, trace) -> None:
         ran = _graphs_run() - self._starts.pop()
         try:
-            sync()
+            if self.limit is not None:
+                _XLAC._dynamic_shape_detector_end_session()
         finally:
-            _XLAC._set_use_eager_mode(self._eager.pop())
+            try:
+                sync()
+            finally:
+                _XLAC._set_use_eager_mode(self._eager.pop())
         if self.full_graph and error is None and ran:
             raise RuntimeError(
                 "Unexpected execution happens inside the compiled function, exiting: "

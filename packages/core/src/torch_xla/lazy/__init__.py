@@ -15,6 +15,8 @@ Modules, bottom-up (each imports only those above it in this list):
   rng           the device RNG state and the key each random op records
   rewrites      in-place and _foreach_ ops rewritten into others
   dump          XLA_SAVE_TENSORS_FILE, XLA_METRICS_FILE, the *_OPBYOP switches
+  dynamic_shape_detector  the different graphs a compiled function traced, limited
+                (torch_xla.compile's num_different_graphs_allowed)
   analysis      PT_XLA_DEBUG_LEVEL: why each graph compiled and ran, read from the stack
   replicas      compiling and running programs that span every process's device
   compiler      a walked graph as one jitted JAX function; the in-memory program cache

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import threading
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -44,6 +45,11 @@ _SCOPES = _Scopes()
 # reads no thread-local (a global read costs a fifth of one).
 _OPEN = 0
 _OPEN_LOCK = threading.Lock()
+
+
+# Called with each node recorded while a compiled function with a graph limit runs
+# (lazy/dynamic_shape_detector.py, which sets it); None the rest of the time.
+WATCHER: Callable[[Node], None] | None = None
 
 
 class OpenScopeError(RuntimeError):
@@ -108,6 +114,8 @@ class Node:
         # the HLO metadata name's prefix: the open `xp.Trace` scopes, or one set by
         # `_set_xla_custom_op_name_prefix`; not hashed (a scope never recompiles a program)
         self.scope = _SCOPES.prefix if _OPEN else None
+        if WATCHER is not None:
+            WATCHER(self)
 
     def __repr__(self) -> str:
         return f"Node({self.op}, avals={self.avals})"
