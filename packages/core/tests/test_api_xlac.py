@@ -442,3 +442,57 @@ def test_xla_user_computation_records_a_builder_computation(device):
     comp = builder.create_computation("absdiff", fn, [builder.tensor_shape(t) for t in inputs])
     (out,) = xlac._xla_user_computation("xla::absdiff", inputs, comp)
     torch.testing.assert_close(out.cpu(), (a - b).abs())
+
+
+def test_lowering_context_gives_the_hlo_of_tensors_and_their_parameters(device):
+    a_cpu, b_cpu, c_cpu = torch.randn(3, 4), torch.randn(3, 4), torch.randn(3, 4)
+    a, b, c = a_cpu.to(device), b_cpu.to(device), c_cpu.to(device)
+    torch_xla.sync()
+    result = a * 2 + b + torch.zeros_like(c)  # c: only its shape is read
+    ctx = xlac.lowering.LoweringContext("MyGraph")
+    assert ctx.get_name_string() == "MyGraph"
+    with pytest.raises(RuntimeError, match="build"):
+        ctx.hlo()
+    met.clear_all()
+    ctx.build([result])
+    assert not met.metric_data("ExecuteTime")  # nothing ran
+    text = builder.get_computation_hlo(builder.computation_from_module_proto("g", ctx.hlo()))
+    assert text.startswith("HloModule jit_MyGraph"), text
+    assert "multiply(" in text and "add(" in text, text
+    assert text == ctx.hlo_text()
+    on_device = ctx.device_parameter_id_tensor_mapping()
+    on_cpu = ctx.parameter_id_tensor_mapping()
+    assert sorted(on_device) == sorted(on_cpu) == list(range(len(on_device)))
+    for k in on_device:  # every one a parameter of the module (the scalar 2 too)
+        assert f"parameter({k})" in text, text
+    ids = [ctx.tensor_parameter_id(t) for t in (a, b, c)]
+    assert len(set(ids)) == 3 and set(ids) <= set(on_device), ids
+    assert ctx.tensor_parameter_id(result) == -1  # pending: no parameter
+    assert ctx.tensor_parameter_id(torch.ones(2, device=device)) == -1
+    for t, expected in zip((a, b, c), (a_cpu, b_cpu, c_cpu), strict=True):
+        k = ctx.tensor_parameter_id(t)
+        assert on_device[k].device.type == "xla"
+        torch.testing.assert_close(on_device[k].cpu(), expected)
+        torch.testing.assert_close(on_cpu[k], expected)
+    torch.testing.assert_close(result.cpu(), a_cpu * 2 + b_cpu)  # the graph still runs
+    # ids follow _get_tensors_xla_device_data_node's order
+    result2 = a * 2 + b + torch.zeros_like(c)
+    ctx.build([result2])
+    _, inputs = xlac._get_tensors_xla_device_data_node([result2])
+    assert [ctx.tensor_parameter_id(t) for t in inputs] == list(range(len(inputs)))
+    ctx.set_name_string("Other")
+    ctx.build([result2])
+    assert ctx.hlo_text().startswith("HloModule jit_Other")
+    with pytest.raises(NotImplementedError, match="hlo_json"):
+        ctx.hlo_json()
+
+
+def test_a_computation_read_from_a_module_proto_prints_but_does_not_run(device):
+    ctx = xlac.lowering.LoweringContext("G")
+    x = torch.ones(2, device=device)
+    ctx.build([x + 1])
+    computation = builder.computation_from_module_proto("read", ctx.hlo())
+    with pytest.raises(TypeError, match="cannot run here"):
+        builder.user_computation("op", [x], computation)
+    with pytest.raises(ValueError, match="not a serialized HloModuleProto"):
+        builder.computation_from_module_proto("junk", b"\x01\x02junk")

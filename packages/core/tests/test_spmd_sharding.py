@@ -535,6 +535,37 @@ print("ok")
     assert out.strip().endswith("ok")
 
 
+def test_lowering_context_parameters_carry_their_shardings_and_stay_on_the_devices():
+    out = run_spmd("""
+mesh = xs.Mesh(np.arange(n), (2, n // 2), ("x", "y"))
+a = torch.randn(32, 64).to("xla")
+xs.mark_sharding(a, mesh, ("x", "y"))
+b = torch.ones(64).to("xla")
+xs.mark_sharding(b, mesh, ("y",))
+result = a + b
+met.clear_all()
+ctx = torch_xla._XLAC.lowering.LoweringContext("MyCustomName")
+ctx.build([result])
+torch_xla.sync()
+mapping = ctx.device_parameter_id_tensor_mapping()
+assert len(mapping) == 2, mapping
+ids = {ctx.tensor_parameter_id(a), ctx.tensor_parameter_id(b)}
+assert ids == {0, 1}, ids
+assert not met.metric_data("TransferFromDeviceTime")  # no value came to the host
+assert not met.counter_value("ReplicateShardedData")
+text = ctx.hlo_text()
+assert "MyCustomName" in text
+spec = torch_xla._XLAC._get_xla_sharding_spec
+for t in (a, b):
+    k = ctx.tensor_parameter_id(t)
+    line = [l for l in text.splitlines() if f"parameter({k})" in l][0]
+    assert f"sharding={spec(t)}" in line, (line, spec(t))
+    assert spec(mapping[k]) == spec(t)
+print("ok")
+""")
+    assert out.strip().endswith("ok")
+
+
 def test_mark_sharding_inside_assume_pure_is_a_constraint_of_the_recording():
     """Marking an argument (or a value) inside a pure function records a sharding
     constraint (the argument is not written to); values equal the CPU's, and gradients
@@ -865,5 +896,5 @@ torch_xla.sync()
     block = text[text.index("## END_GRAPH"):]
     assert block.endswith("\n#OUTPUT_SHARDING_END\n\n"), block
     lines = block.split("#OUTPUT_SHARDING_BEGIN\n\n")[1].split("\n\n#OUTPUT_SHARDING_END")[0]
-    assert sorted(lines.splitlines()) == ["f32[8,32]{1,0} {devices=[1,4]0,1,2,3}",
-                                          "f32[8]{0} {replicated}"], lines
+    assert sorted(lines.splitlines()) == ["f32[8,32] {devices=[1,4]0,1,2,3}",
+                                          "f32[8] {replicated}"], lines

@@ -13,6 +13,7 @@ not import jax.
 from __future__ import annotations
 
 import re
+import types
 from typing import Any
 
 from torch_xla import _metrics
@@ -969,15 +970,19 @@ def _runtime_name_of(index: int) -> str:
     return _runtime_name(client().device(index))
 
 
-def _lowered(tensors: list) -> Any:
-    """The graph computing `tensors`, lowered (not compiled). A graph holding collectives
-    is lowered as the replicated program of as many replicas as they name."""
+def _lowered(tensors: list, graph: tuple | None = None, name: str | None = None) -> Any:
+    """The graph computing `tensors` (`graph`: their `_pending_graph`, if already walked),
+    lowered (not compiled); `name`: the HLO module's (`jit_<name>`). A graph holding
+    collectives is lowered as the replicated program of as many replicas as they name.
+    Every leaf is a parameter of the module, in order, also one only its shape is read."""
     import jax
 
     from torch_xla.lazy import compiler, dtype_policy, ir, manual, replicas
 
-    order, position, leaves, values = _pending_graph(tensors)
+    order, position, leaves, values = graph or _pending_graph(tensors)
     fn = compiler.graph_function(order, position, leaves, values, exported=True)
+    if name:
+        fn.__name__ = fn.__qualname__ = name
     # a leaf without a value (a placeholder to trace with) lowers from its shape alone,
     # with the sharding it was marked with
     args = [jax.ShapeDtypeStruct(leaf.avals[0][0], dtype_policy.STORAGE[leaf.avals[0][1]],
@@ -986,7 +991,7 @@ def _lowered(tensors: list) -> Any:
     world = _collective_world(order)
     if world is None:
         with manual.partitioner(order):
-            return jax.jit(fn).lower(*args)
+            return jax.jit(fn, keep_unused=True).lower(*args)
     return replicas.lower_view(fn, args, [n.avals[i] for n, i in values], world)
 
 
@@ -995,6 +1000,85 @@ def _collective_world(order: list) -> int | None:
     worlds = [dict(n.template[1]).get("world", 1) for n in order
               if getattr(n.rule, "collective", False)]
     return max(worlds, default=None)
+
+
+class LoweringContext:
+    """`torch_xla._XLAC.lowering.LoweringContext`: the HLO module computing some XLA
+    tensors (`build`), and which tensors are its parameters. Nothing runs.
+
+    Parameters are the device data the graph reads, numbered in the order of
+    `_get_tensors_xla_device_data_node`; a tensor whose value is still pending is none.
+    `hlo()` is the module's serialized HloModuleProto (what
+    `xb.computation_from_module_proto` reads); `hlo_text()` is its HLO text as
+    `_get_xla_tensors_hlo` prints it (PyTorch/XLA prints the proto's text format, which
+    jaxlib has no schema to print)."""
+
+    def __init__(self, name: str = "", device: Any = None) -> None:
+        self._name = str(name)
+        self._lowered: Any = None
+        self._leaves: list = []
+
+    def build(self, tensors: list) -> None:
+        """Lower the graph computing `tensors` (their pending ops; a sync after it still
+        runs them)."""
+        graph = _pending_graph(list(tensors))
+        self._lowered = _lowered(tensors, graph, self._name or "lowering_context")
+        self._leaves = graph[2]
+
+    def _built(self) -> Any:
+        if self._lowered is None:
+            raise RuntimeError("LoweringContext: call build(tensors) first.")
+        return self._lowered
+
+    def hlo(self) -> bytes:
+        from torch_xla.lazy import dump
+
+        return dump.xla_computation(self._built()).as_serialized_hlo_module_proto()
+
+    def hlo_text(self) -> str:
+        from torch_xla.lazy import dump
+
+        return dump.hlo_text(self._built())
+
+    def hlo_json(self) -> str:
+        raise NotImplementedError(
+            "LoweringContext.hlo_json: jaxlib has no protobuf schema of HLO to write the "
+            "module as JSON; use hlo() (the serialized HloModuleProto) or hlo_text().")
+
+    def device_parameter_id_tensor_mapping(self) -> dict[int, Any]:
+        """{parameter number: the XLA tensor it reads}; no data moves."""
+        from torch_xla.lazy import functional
+        from torch_xla.lazy.tensor import XLATensor
+
+        self._built()
+        return {k: functional.wrap(XLATensor(leaf)) for k, leaf in enumerate(self._leaves)}
+
+    def parameter_id_tensor_mapping(self) -> dict[int, Any]:
+        """{parameter number: its value on the CPU}."""
+        return {k: t.cpu() for k, t in self.device_parameter_id_tensor_mapping().items()}
+
+    def tensor_parameter_id(self, tensor: Any) -> int:
+        """The parameter number of `tensor`'s device data, or -1 when the module reads no
+        such parameter (a pending value, data the graph does not read)."""
+        from torch_xla.lazy import functional, ir
+
+        self._built()
+        node, _ = functional.unwrap(tensor).value
+        if isinstance(node, ir.Data):
+            for k, leaf in enumerate(self._leaves):
+                if leaf is node:
+                    return k
+        return -1
+
+    def set_name_string(self, name: str) -> None:
+        self._name = str(name)
+
+    def get_name_string(self) -> str:
+        return self._name
+
+
+# PyTorch/XLA's submodule of _XLAC that holds it
+lowering = types.SimpleNamespace(LoweringContext=LoweringContext)
 
 
 def _get_xla_tensors_hlo(tensors: list) -> str:

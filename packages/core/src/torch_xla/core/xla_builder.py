@@ -58,6 +58,7 @@ from typing import Any
 
 import jax
 import torch
+from jax._src.lib import xla_client
 
 import torch_xla
 from torch_xla.lazy import dtype_policy, dump, functional, jax_call, nodes
@@ -640,14 +641,33 @@ def create_computation(name: str, fn: Callable, shapes: Sequence[Shape], **kwarg
     return Computation(name, fn, shapes, kwargs)
 
 
-def computation_from_module_proto(name: str, proto: bytes) -> Any:
-    raise NotImplementedError(
-        "computation_from_module_proto: this project runs JAX functions, not serialized "
-        "XLA HLO modules; write the computation with xb.create_computation or call a JAX "
-        "function with xb.call_jax")
+class ModuleComputation:
+    """A computation read from a serialized HloModuleProto (`computation_from_module_proto`,
+    e.g. a `LoweringContext`'s `hlo()`): it can be printed, not run (computations run
+    here are JAX functions: `create_computation`, `call_jax`)."""
+
+    def __init__(self, name: str, proto: bytes) -> None:
+        self.name = name
+        try:
+            self.computation = xla_client.XlaComputation(bytes(proto))
+            self.computation.get_hlo_module()  # parsed now: a bad proto fails here
+        except Exception as e:  # noqa: BLE001 - XLA's parse error, said in our words
+            raise ValueError(f"computation_from_module_proto({name!r}): not a serialized "
+                             f"HloModuleProto ({e})") from e
+
+    def hlo_text(self) -> str:
+        return dump.computation_text(self.computation)
+
+    def __repr__(self) -> str:
+        return f"ModuleComputation({self.name!r})"
 
 
-def get_computation_hlo(computation: Computation) -> str:
+def computation_from_module_proto(name: str, proto: bytes) -> ModuleComputation:
+    """The computation a serialized HloModuleProto holds, to print (`get_computation_hlo`)."""
+    return ModuleComputation(name, proto)
+
+
+def get_computation_hlo(computation: Computation | ModuleComputation) -> str:
     """The HLO text of a computation."""
     return computation.hlo_text()
 
@@ -656,6 +676,10 @@ def user_computation(opname: str, args: Sequence[torch.Tensor],
                      computation: Computation) -> list[torch.Tensor]:
     """Record `computation` on XLA tensors `args` (one node of the lazy graph); its
     results as XLA tensors, a tuple's elements in order."""
+    if isinstance(computation, ModuleComputation):
+        raise TypeError(f"{opname}: {computation!r} was read from an HLO module proto, which "
+                        "cannot run here; write it with xb.create_computation, or call a JAX "
+                        "function with xb.call_jax.")
     if len(args) != len(computation.shapes):
         raise ValueError(f"{opname}: the computation takes {len(computation.shapes)} "
                          f"arguments, got {len(args)}")

@@ -164,16 +164,25 @@ def hlo_text(lowered: Any) -> str:
     if flag("XLA_DUMP_POST_OPTIMIZATIONS"):  # read on each call: a debugging aid
         text = lowered.compile().as_text()
         return spmd.explicit_device_lists(_PARAMETER.sub(r"p\1.\2", text))
-    # Without locations, XLA names each instruction after its opcode, not jax's op name.
-    module = mlir.module_to_string(lowered.compiler_ir("stablehlo"), enable_debug_info=False)
-    computation = _jax.mlir.mlir_module_to_xla_computation(module, use_tuple_args=False,
-                                                           return_tuple=False)
+    return computation_text(xla_computation(lowered))
+
+
+def computation_text(computation: Any) -> str:
+    """An XLA computation's HLO module, printed as `hlo_text` prints it."""
     options = xla_hlo.HloPrintOptions()
     options.print_percent = True
     options.print_operand_shape = True
     options.print_metadata = False
     text = computation.as_hlo_module().to_string(options)
     return spmd.explicit_device_lists(_PARAMETER.sub(r"p\1.\2", text))
+
+
+def xla_computation(lowered: Any) -> Any:
+    """A lowered graph as XLA's HLO computation (its parameters the graph's leaves)."""
+    # Without locations, XLA names each instruction after its opcode, not jax's op name.
+    module = mlir.module_to_string(lowered.compiler_ir("stablehlo"), enable_debug_info=False)
+    return _jax.mlir.mlir_module_to_xla_computation(module, use_tuple_args=False,
+                                                    return_tuple=False)
 
 
 # jax names parameter k of a computation `Arg_k.N`; PyTorch/XLA's builder names it `pk.N`.
@@ -215,9 +224,10 @@ def graph_record(kind: str, device: int, order: list, position: dict[int, int],
 
 def _output_shardings(compiled: Any) -> str:
     """PyTorch/XLA's block after an SPMD graph's HLO: each result's shape and the
-    layout the partitioner gave it (`f32[8,32]{1,0} {devices=[1,4]0,1,2,3}`)."""
+    layout the partitioner gave it (`f32[8,32] {devices=[1,4]0,1,2,3}`: XLA's shape text
+    without its memory layout, as PyTorch/XLA writes it)."""
     devices = client().global_devices
-    lines = [f"{_shape_text(str(out.dtype), out.shape, True)} "
+    lines = [f"{_shape_text(str(out.dtype), out.shape, False)} "
              f"{spmd.sharding_text(out.sharding, len(out.shape), devices)}\n"
              for out in jax.tree.leaves(compiled.out_info)]
     return "\n#OUTPUT_SHARDING_BEGIN\n\n" + "".join(lines) + "\n#OUTPUT_SHARDING_END\n\n"
