@@ -30,7 +30,6 @@ _OPS = torch.ops._c10d_functional
 _EVERY_REPLICA = ("", "default")
 
 
-
 def _group(func: Any, group: Any) -> tuple[collectives.Groups, int]:
     """The replica groups `group` (a name or a process group) stands for, and the number
     of replicas they span."""
