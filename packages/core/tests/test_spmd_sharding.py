@@ -511,6 +511,46 @@ print("ok")
     assert out.strip().endswith("ok")
 
 
+def test_a_residual_block_on_a_batch_and_spatially_sharded_input_has_eager_gradients():
+    """PyTorch/XLA's SPMD ImageNet recipe with `--sharding batch spatial`: images split over
+    the batch and over their width. Through jaxlib 0.10's Shardy partitioner the first
+    convolution's and batch norm's gradients came out twice the CPU's (and the input's
+    wrong); SPMD programs are partitioned by XLA's GSPMD, as PyTorch/XLA's are."""
+    out = run_spmd("""
+import copy
+import torch.nn as nn
+
+class Block(nn.Module):  # torchvision's BasicBlock(8, 16, stride=2) with its downsample
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(8, 16, 3, 2, 1, bias=False); self.bn1 = nn.BatchNorm2d(16)
+        self.conv2 = nn.Conv2d(16, 16, 3, 1, 1, bias=False); self.bn2 = nn.BatchNorm2d(16)
+        self.down = nn.Sequential(nn.Conv2d(8, 16, 1, 2, bias=False), nn.BatchNorm2d(16))
+
+    def forward(self, x):
+        out = torch.relu(self.bn1(self.conv1(x)))
+        return torch.relu(self.bn2(self.conv2(out)) + self.down(x))
+
+mesh = xs.Mesh(np.arange(n), (2, n // 2), ("batch", "width"))
+torch.manual_seed(0)
+m = Block()
+mx = copy.deepcopy(m).to("xla")
+x, g = torch.randn(4, 8, 4, 4), torch.randn(4, 16, 2, 2)
+xc = x.clone().requires_grad_(True)
+(m(xc) * g).sum().backward()
+xx = x.to("xla")
+xs.mark_sharding(xx, mesh, ("batch", None, "width", None))
+xx.requires_grad_(True)
+(mx(xx) * g.to("xla")).sum().backward()
+torch_xla.sync()
+torch.testing.assert_close(xx.grad.cpu(), xc.grad, atol=1e-4, rtol=1e-4)
+for (name, a), b in zip(mx.named_parameters(), m.parameters(), strict=True):
+    torch.testing.assert_close(a.grad.cpu(), b.grad, atol=1e-4, rtol=1e-4, msg=name)
+print("ok")
+""")
+    assert out.strip().endswith("ok")
+
+
 def test_a_constraint_on_another_mesh_than_the_inputs_lays_outputs_out_as_xla_chose():
     """Inputs on a 4x1 mesh, a constraint on a 2x2 one: XLA lays the output out tiled in 2
     and replicated in 2, which jax cannot name on the inputs' mesh; the program compiles

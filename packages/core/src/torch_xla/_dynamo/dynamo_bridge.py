@@ -487,13 +487,12 @@ def _graph_key(values: list, shared: list, leaves: list, donate: tuple[int, ...]
 def _program(key: tuple, order: list, position: dict, leaves: list,
              values: list) -> compiler.Program:
     """From the program cache that syncs use (the same graph compiles once), or compiled.
-    In SPMD mode a graph without inputs gets its results' layouts, as a sync's does (jax
-    would run it on one device)."""
+    In SPMD mode its results get the layouts a sync's get (`sharding.output_layouts`)."""
     programs = compiler.cache()
     program = programs.get(key)
     if program is None:
         _metrics.counter("UncachedCompile").inc()
-        out_layouts = sharding.output_layouts(values) if spmd.enabled() and not leaves else None
+        out_layouts = sharding.output_layouts(values, nullary=not leaves)
         program = compiler.compile(key[0], order, position, leaves, values,
                                    out_shardings=out_layouts, donate=key[3])
         programs.put(key, program)

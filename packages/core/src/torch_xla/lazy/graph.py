@@ -544,9 +544,7 @@ def _program(key: tuple, device: int, order: list, position: dict | None, leaves
         _UNCACHED.value += 1
         if position is None:  # the walk was replayed from its plan
             position = plans.positions(order)
-        out_layouts = None
-        if spmd.enabled() and not arrays:  # jax would run it on one device
-            out_layouts = sharding.output_layouts(values)
+        out_layouts = sharding.output_layouts(values, nullary=not arrays)
         program = compiler.compile(device, order, position, leaves, values, arrays=arrays,
                                    eager=eager, out_shardings=out_layouts, donate=donate)
         programs.put(key, program)

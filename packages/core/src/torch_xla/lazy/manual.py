@@ -29,6 +29,7 @@ from torch_xla.lazy.sharding import (
 from torch_xla.lazy.tensor import XLATensor
 from torch_xla.lowering import collectives
 from torch_xla.lowering import manual as lowering
+from torch_xla.pjrt import spmd
 from torch_xla.pjrt.client import client
 
 
@@ -211,8 +212,10 @@ def reduce_scatter(t: XLATensor, reduce_type: str, scale: float, dim: int, count
 
 
 def partitioner(order: list) -> Any:
-    """The context to lower a graph's nodes (`order`) in: GSPMD when one opens, marks or
-    closes a manual region, else jax's default."""
-    if any(n.op in MANUAL_OPS for n in order):
+    """The context to lower a graph's nodes (`order`) in: XLA's GSPMD partitioner for every
+    program of SPMD mode (PyTorch/XLA's partitioner; jaxlib 0.10's Shardy computed some
+    gradients of a convolution twice over, docs/design.md) and for a graph that opens,
+    marks or closes a manual region; else jax's default."""
+    if spmd.enabled() or any(n.op in MANUAL_OPS for n in order):
         return lowering.lowering_for_gspmd()
     return contextlib.nullcontext()

@@ -397,24 +397,29 @@ def output_mark(node: ir.Node, array: jax.Array) -> Any:
     return True
 
 
-def output_layouts(values: list[tuple[ir.Node, int]]) -> tuple:
-    """Layouts for the outputs of a graph without inputs (which jax would otherwise put on
-    one device): a constrained value keeps its constraint when its tiles divide the shape,
-    the rest are replicated."""
-    return tuple(_output_layout(node, index) for node, index in values)
+def output_layouts(values: list[tuple[ir.Node, int]], nullary: bool) -> tuple | None:
+    """The layouts to compile a graph's outputs with in SPMD mode (None: the partitioner
+    chooses them all). A constrained value keeps its constraint when its tiles divide the
+    shape: a tensor marked while pending comes out as marked, as in PyTorch/XLA (XLA's
+    GSPMD would otherwise be free to give it its input's layout). In a graph without
+    inputs (`nullary`, which jax would run on one device) the rest are replicated."""
+    if not spmd.enabled():
+        return None
+    default = client().replicated() if nullary else None
+    layouts = tuple([_output_layout(node, index, default) for node, index in values])
+    return None if all(layout is None for layout in layouts) else layouts
 
 
-def _output_layout(node: ir.Node, index: int) -> Any:
+def _output_layout(node: ir.Node, index: int, default: Any) -> Any:
     if node.op == CONSTRAINT_OP:
         wanted = node.template[0][1].sharding
         if _divides(wanted, node.avals[index][0]):
             return wanted
     if node.op == SHARD_ALIKE_OP:  # both laid out as whichever of the two has a layout
-        replicated = client().replicated()
-        for found in (_output_layout(*value) for value in node.inputs):
-            if found != replicated:
+        for found in (_output_layout(*value, None) for value in node.inputs):
+            if found is not None:
                 return found
-    return client().replicated()
+    return default
 
 
 # --- tiles on the host -------------------------------------------------------------------

@@ -101,6 +101,12 @@ def _lowered(fn: Callable[..., Any], args: tuple, options: dict, gspmd: bool) ->
     if gspmd:
         options = dict(options, in_shardings=tuple(
             [spmd.as_gspmd(a.sharding, a.ndim) for a in args]))
+        wanted = options.get("out_shardings")
+        if wanted is not None:  # as XLA's too: jax would name the others on their mesh
+            outs = jax.eval_shape(fn, *args)
+            options["out_shardings"] = tuple(
+                [None if s is None else spmd.as_gspmd(s, len(o.shape))
+                 for s, o in zip(wanted, outs, strict=True)])
         fn = functools.partial(fn)  # traced anew: jax keeps traces per function
     jitted = jax.jit(fn, **options)
     try:
