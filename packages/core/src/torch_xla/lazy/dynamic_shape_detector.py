@@ -35,10 +35,6 @@ def set_limit(count: int) -> None:
     _limit = count
 
 
-def limit() -> int:
-    return _limit
-
-
 def start(name: str) -> None:
     """Start a call of session `name` (created on its first call)."""
     call = _Call(_sessions.setdefault(name, []), _limit)
@@ -60,10 +56,6 @@ def end() -> None:
 def remove(name: str) -> None:
     """Forget session `name` and its traces (nothing when there is none)."""
     _sessions.pop(name, None)
-
-
-def active() -> bool:
-    return bool(_active)
 
 
 class _Call:
