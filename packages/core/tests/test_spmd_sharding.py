@@ -59,11 +59,13 @@ opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
 for x, y in batches:
     opt.zero_grad(); torch.nn.functional.mse_loss(ref(x), y).backward(); opt.step()
 
-def train(case, mesh_shape, param_specs, input_spec, input_mesh_shape=None):
+def train(case, mesh_shape, param_specs, input_spec, input_mesh_shape=None,
+          input_device_ids=None):
     dev = torch_xla.device()
     net = model().to(dev)
     mesh = xs.Mesh(np.arange(n), mesh_shape, ("data", "model"))
-    input_mesh = xs.Mesh(np.arange(n), input_mesh_shape or mesh_shape, ("data", "model"))
+    input_mesh = xs.Mesh(np.arange(n) if input_device_ids is None else input_device_ids,
+                         input_mesh_shape or mesh_shape, ("data", "model"))
     for name, spec in param_specs.items():
         xs.mark_sharding(net.get_parameter(name), mesh, spec)
     opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)
@@ -103,6 +105,9 @@ train("tiled_2d", (2, n // 2), {"0.weight": ("data", "model")}, (None, None))
 # recipe): XLA lays outputs out in ways jax cannot name on the batch's mesh
 train("two_meshes", (2, n // 2), {"0.weight": ("data", None), "2.weight": (None, "data")},
       ("data", "model"), input_mesh_shape=(n, 1))
+# ... and on a mesh that orders the devices otherwise
+train("reordered_meshes", (2, n // 2), {"0.weight": ("data", None), "2.weight": (None, "data")},
+      ("data", None), input_mesh_shape=(n, 1), input_device_ids=np.arange(n)[::-1].copy())
 """
 
 
@@ -111,7 +116,7 @@ def test_sharded_training_equals_eager_cpu(devices):
     """Data-, column-, row- and 2-d-parallel training of an MLP (3 SGD steps)."""
     out = run_spmd(TRAINING, devices)
     for case in ("data_parallel", "column_parallel", "row_parallel", "two_d", "tiled_2d",
-                 "two_meshes"):
+                 "two_meshes", "reordered_meshes"):
         assert f"{case} ok" in out, out
 
 
@@ -497,15 +502,45 @@ print("ok")
     assert out.strip().endswith("ok")
 
 
-def test_tensors_on_meshes_of_different_device_orders_meeting_in_a_program_say_so():
+def test_tensors_on_meshes_of_different_device_orders_meet_in_one_program():
+    """A program reads tensors of meshes that order the devices differently, and takes
+    constraints on them: each tensor keeps its tiles where they were (no data moves), the
+    results are the CPU's, and the program is compiled once."""
     out = run_spmd("""
-t = torch.randn(8, 4)
-a = xs.mark_sharding(t.to("xla"), xs.Mesh([3, 1, 2, 0], (2, 2)), (0, 1))
-b = xs.mark_sharding(t.to("xla"), xs.Mesh(np.arange(n), (2, 2)), (0, 1))
-expect_error(lambda: (a + b).cpu(), ValueError, "order the devices differently",
-             "[3, 1, 2, 0]", "same device_ids order")
-c = xs.mark_sharding(t.to("xla"), xs.Mesh([3, 1, 2, 0], (4,)), (0, None))
-assert torch.equal((a + c).cpu(), 2 * t)  # one order, any mesh shape: fine
+t = torch.arange(32.).reshape(8, 4)
+reordered, plain = xs.Mesh([3, 1, 2, 0], (2, 2)), xs.Mesh(np.arange(n), (2, 2))
+a = xs.mark_sharding(t.to("xla"), reordered, (0, 1))
+b = xs.mark_sharding((3 * t).to("xla"), plain, (0, 1))
+before = {s.shard_device: s.data for s in a.local_shards}
+assert torch.equal(before["CPU:3"], t[:4, :2]) and torch.equal(before["CPU:0"], t[4:, 2:])
+
+def step():
+    c = a.global_tensor + b.global_tensor
+    d = c * 2
+    xs.mark_sharding(d, reordered, (1, 0))   # a constraint on the other order
+    torch_xla.sync()
+    return c, d
+
+c, d = step()
+compiled = met.counter_value("UncachedCompile")
+assert torch.equal(c.cpu(), 4 * t) and torch.equal(d.cpu(), 8 * t)
+# the constrained result is laid out as marked: tile (i, j) on [[3, 1], [2, 0]][j][i]
+assert torch_xla._XLAC._get_xla_sharding_spec(d) == "{devices=[2,2]3,2,1,0}"
+tiles = {s.shard_device: s.data for s in xs.XLAShardedTensor(d).local_shards}
+assert torch.equal(tiles["CPU:2"], 8 * t[:4, 2:]) and torch.equal(tiles["CPU:1"], 8 * t[4:, :2])
+# the inputs are where they were
+after = {s.shard_device: s.data for s in a.local_shards}
+assert all(torch.equal(before[k], after[k]) for k in before)
+c, d = step()
+assert met.counter_value("UncachedCompile") == compiled   # cached
+assert torch.equal(d.cpu(), 8 * t)
+# inputs on one mesh only, a constraint on a mesh of another order
+e = a.global_tensor * 5
+xs.mark_sharding(e, plain, (None, 1))
+torch_xla.sync()
+assert torch.equal(e.cpu(), 5 * t)
+assert torch_xla._XLAC._get_xla_sharding_spec(e) == \
+    "{devices=[1,2,2]0,2,1,3 last_tile_dim_replicate}", torch_xla._XLAC._get_xla_sharding_spec(e)
 print("ok")
 """)
     assert out.strip().endswith("ok")

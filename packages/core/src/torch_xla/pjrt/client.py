@@ -96,45 +96,40 @@ def _owned(host: np.ndarray, copied: bool) -> np.ndarray:
 
 def _lowered(fn: Callable[..., Any], args: tuple, options: dict, gspmd: bool) -> Any:
     """`fn` jitted with `options` and lowered for `args`; `gspmd`: with every layout given
-    as XLA's (`spmd.gspmd_layouts`), so that jax keeps the layouts XLA's partitioner
-    chooses for the outputs instead of naming them on one input's mesh."""
+    as XLA's over the inputs' device order (`spmd.gspmd_layouts`), so that jax keeps the
+    layouts XLA's partitioner chooses for the outputs instead of naming them on one
+    input's mesh, and constraints on meshes ordering the devices otherwise join in."""
     if gspmd:
+        devices = _device_order(args)
         options = dict(options, in_shardings=tuple(
-            [spmd.as_gspmd(a.sharding, a.ndim) for a in args]))
+            [spmd.as_gspmd(a.sharding, a.ndim, devices) for a in args]))
         wanted = options.get("out_shardings")
         if wanted is not None:  # as XLA's too: jax would name the others on their mesh
             outs = jax.eval_shape(fn, *args)
             options["out_shardings"] = tuple(
-                [None if s is None else spmd.as_gspmd(s, len(o.shape))
+                [None if s is None else spmd.as_gspmd(s, len(o.shape), devices)
                  for s, o in zip(wanted, outs, strict=True)])
         fn = functools.partial(fn)  # traced anew: jax keeps traces per function
     jitted = jax.jit(fn, **options)
-    try:
-        with spmd.gspmd_layouts() if gspmd else contextlib.nullcontext():
-            return jitted.lower(*args)
-    except ValueError as e:
-        better = _device_order_error(args)
-        if better is None:
-            raise
-        raise better from e
+    with spmd.gspmd_layouts(devices) if gspmd else contextlib.nullcontext():
+        return jitted.lower(*args)
 
 
-def _device_order_error(args: tuple) -> ValueError | None:
-    """What to do when the arguments of one program lie on meshes ordering the devices
-    differently, which a jax program cannot take (None when that is not the case)."""
-    orders = []
+def _device_order(args: tuple) -> tuple | None:
+    """The device order of a program over `args` (placed by `spmd.on_devices`, so that
+    those over several devices share one): theirs, or None when none has several."""
     for a in args:
-        mesh = getattr(getattr(a, "sharding", None), "mesh", None)
-        order = [d.id for d in mesh.devices.flat] if mesh is not None else None
-        if order is not None and order not in orders:
-            orders.append(order)
-    if len(orders) < 2:
-        return None
-    return ValueError(
-        "One program reads tensors laid out on meshes that order the devices differently "
-        f"({' and '.join(map(str, orders))}); an XLA program here takes one device order. "
-        "Build every xs.Mesh of the job over the same device_ids order (reshape it to any "
-        "mesh_shape; shard over other axes with the partition spec).")
+        if len(a.sharding.device_set) > 1:
+            return spmd.order(a.sharding)
+    return None
+
+
+def _needs_xla_layouts(error: Exception) -> bool:
+    """Whether jax refused an SPMD program's lowering for what lowering it with XLA's
+    layouts (`_lowered(..., gspmd=True)`) allows: a constraint on a mesh of another shape
+    than the inputs' (an output layout that mesh cannot name), or on devices ordered
+    otherwise than the inputs'."""
+    return isinstance(error, IndivisibleError) or "incompatible devices" in str(error)
 
 
 class XlaRuntimeError(RuntimeError):
@@ -266,10 +261,9 @@ class Client:
         mixed = spmd.enabled() and spmd.mixed_layouts(args)
         try:
             compiled = _lowered(fn, args, options, mixed).compile()
-        except IndivisibleError:
-            if mixed:
+        except ValueError as e:  # IndivisibleError is one
+            if mixed or not spmd.enabled() or not _needs_xla_layouts(e):
                 raise
-            # a constraint on another mesh than the inputs' (spmd.mixed_layouts)
             compiled = _lowered(fn, args, options, True).compile()
         _metrics.metric("EagerOpCompileTime" if eager else "CompileTime").add(
             time.perf_counter() - start)

@@ -24,6 +24,7 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax._src.lib import xla_client
 from jax._src.sharding_impls import GSPMDSharding
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
 
@@ -70,13 +71,16 @@ def gather(array: jax.Array) -> np.ndarray:
 
 
 def on_devices(arrays: Sequence[jax.Array], devices: tuple) -> list[jax.Array]:
-    """`arrays`, each laid out over `devices`, on one mesh: data made on one device before
-    SPMD was turned on (or a scalar cached then) is replicated, once; replicated data is
-    re-expressed on the mesh of the program's sharded inputs (no copy: each device keeps
-    its whole value), since jax names a program's output layouts on one mesh."""
+    """`arrays`, each laid out over `devices`, in one device order: data made on one
+    device before SPMD was turned on (or a scalar cached then) is replicated, once. When
+    the sharded inputs lie on one mesh, replicated data is re-expressed on it (no copy:
+    each device keeps its whole value), since jax names a program's output layouts on
+    one mesh; inputs of meshes that order the devices differently are laid out in the
+    order of `devices` (`in_order`, no copy either)."""
     out = list(arrays)
     count = len(devices)
     meshes: dict[int, Any] = {}
+    named = True  # no input laid out by XLA's sharding (whose programs name no mesh)
     for k, array in enumerate(out):
         sharding = array.sharding
         if type(sharding) is SingleDeviceSharding and count > 1:
@@ -84,13 +88,37 @@ def on_devices(arrays: Sequence[jax.Array], devices: tuple) -> list[jax.Array]:
             sharding = array.sharding
         if type(sharding) is NamedSharding and not _whole(sharding):
             meshes.setdefault(id(sharding.mesh), sharding.mesh)
-    if len(meshes) == 1:
+        named = named and type(sharding) is not GSPMDSharding
+    if len(meshes) == 1 and named:
         (mesh,) = meshes.values()
         for k, array in enumerate(out):
             sharding = array.sharding
             if type(sharding) is NamedSharding and sharding.mesh is not mesh and _whole(sharding):
                 out[k] = jax.device_put(array, NamedSharding(mesh, PartitionSpec()))
+    orders = {order(array.sharding) for array in out if len(array.sharding.device_set) > 1}
+    if len(orders) > 1:
+        out = [in_order(array, devices) for array in out]
     return out
+
+
+def order(sharding: Any) -> tuple:
+    """The devices of `sharding` in the order its tile assignment numbers them."""
+    return tuple(sharding._device_assignment)
+
+
+def in_order(array: jax.Array, devices: tuple) -> jax.Array:
+    """`array` (over `devices` in another order, e.g. the mesh `xs.Mesh([3, 1, 2, 0],
+    ...)`) as the same shards laid out by XLA's sharding over `devices` in their order:
+    no data moves, each device keeps its buffer. One program takes one device order, so
+    a program reading tensors of meshes ordering the devices differently reads them so.
+    Arrays of one device or already in that order are returned as they are."""
+    sharding = array.sharding
+    if len(sharding.device_set) == 1 or order(sharding) == devices:
+        return array
+    sharding = as_gspmd(sharding, array.ndim, devices)
+    shards = {shard.device: shard.data for shard in array.addressable_shards}
+    return jax.make_array_from_single_device_arrays(
+        array.shape, sharding, [shards[d] for d in sharding._addressable_device_assignment])
 
 
 def _whole(sharding: NamedSharding) -> bool:
@@ -119,29 +147,58 @@ _gspmd = threading.local()
 
 
 @contextlib.contextmanager
-def gspmd_layouts() -> Iterator[None]:
+def gspmd_layouts(devices: tuple) -> Iterator[None]:
     """Within it, the sharding constraints lowered into a program name their layouts as
-    XLA's (`constraint`); the compiler gives the inputs' layouts so too (`as_gspmd`).
-    A program lowered so names no mesh, and its outputs keep the layouts XLA chose."""
-    _gspmd.on = True
+    XLA's over `devices`, the program's device order (`constraint`); the compiler gives
+    the inputs' layouts so too (`as_gspmd`). A program lowered so names no mesh, and its
+    outputs keep the layouts XLA chose."""
+    _gspmd.devices = devices
     try:
         yield
     finally:
-        _gspmd.on = False
+        _gspmd.devices = None
 
 
-def as_gspmd(sharding: Any, ndim: int) -> GSPMDSharding:
-    """`sharding` of an array of `ndim` dims as XLA's sharding over the same devices."""
-    if type(sharding) is GSPMDSharding:
-        return sharding
-    return GSPMDSharding(sharding._device_assignment, sharding._to_xla_hlo_sharding(ndim),
-                         memory_kind=sharding.memory_kind)
+def as_gspmd(sharding: Any, ndim: int, devices: tuple | None = None) -> GSPMDSharding:
+    """`sharding` of an array of `ndim` dims as XLA's sharding over the same devices,
+    numbered in the order of `devices` (by default its own): each device gets the same
+    tile as before."""
+    own = order(sharding)
+    if devices is None or own == devices:
+        if type(sharding) is GSPMDSharding:
+            return sharding
+        return GSPMDSharding(own, sharding._to_xla_hlo_sharding(ndim),
+                             memory_kind=sharding.memory_kind)
+    if set(own) != set(devices):
+        raise ValueError(
+            f"A sharding over the devices {sorted(d.id for d in own)} cannot join a program "
+            f"over {sorted(d.id for d in devices)}: SPMD meshes span every device of the "
+            "job.")
+    return GSPMDSharding(devices, _renumbered(sharding._to_xla_hlo_sharding(ndim), own,
+                                              devices), memory_kind=sharding.memory_kind)
+
+
+def _renumbered(hlo: Any, own: tuple, devices: tuple) -> Any:
+    """XLA's sharding `hlo`, whose tile assignment numbers devices by their place in
+    `own`, numbering them by their place in `devices` instead."""
+    if hlo.is_replicated() or hlo.is_manual():
+        return hlo  # names no device
+    place = {device: k for k, device in enumerate(devices)}
+    proto = hlo.to_proto()
+    renumbered = xla_client.OpSharding()
+    renumbered.type = proto.type
+    renumbered.tile_assignment_dimensions = list(proto.tile_assignment_dimensions)
+    renumbered.tile_assignment_devices = [place[own[k]] for k in hlo.tile_assignment_devices()]
+    renumbered.replicate_on_last_tile_dim = proto.replicate_on_last_tile_dim
+    renumbered.last_tile_dims = list(proto.last_tile_dims)
+    return xla_client.HloSharding.from_proto(renumbered)
 
 
 def constraint(sharding: Any, ndim: int) -> Any:
     """The sharding a constraint of `ndim` dims is lowered with: `sharding`, or its XLA
-    form within `gspmd_layouts()`."""
-    return as_gspmd(sharding, ndim) if getattr(_gspmd, "on", False) else sharding
+    form over the program's devices within `gspmd_layouts()`."""
+    devices = getattr(_gspmd, "devices", None)
+    return sharding if devices is None else as_gspmd(sharding, ndim, devices)
 
 
 def layout_key(arrays: Sequence[jax.Array]) -> tuple:
