@@ -366,6 +366,18 @@ def _xla_spmd_reduce_scatter(reduce_type: str, input: Any, scale: float, scatter
                                                  scale, scatter_dim, shard_count, groups))
 
 
+def _xla_custom_call(args: list, call_target: str, output_shapes: list, output_dtypes: list,
+                     has_side_effect: bool = False, backend_config: str = "",
+                     api_version: int = 0, frontend_attributes: dict | None = None) -> list:
+    """The outputs of XLA custom call `call_target` on the XLA tensors `args`: one new
+    tensor per output shape and dtype (`lazy/custom_call.py`)."""
+    from torch_xla.lazy import custom_call
+
+    return custom_call.record(args, call_target, output_shapes, output_dtypes,
+                              has_side_effect, backend_config, api_version,
+                              frontend_attributes)
+
+
 def _get_local_shards(tensors: list) -> list[list[tuple[Any, str]]]:
     """Per tensor, (host copy, runtime device) of each tile on this process's devices."""
     from torch_xla.distributed.spmd import xla_sharded_tensor

@@ -10,6 +10,7 @@ Modules, bottom-up (each imports only those above it in this list):
   composite     marked patterns (xla::mark_tensor): grouping a graph into composite regions
   functional    the functionalization wrapper users hold
   jax_call      a JAX function called on XLA tensors, recorded as one node (xb.call_jax)
+  custom_call   an XLA custom call (a kernel the compiler knows by name) as one node
   sharding      SPMD layouts of tensors: resharded data, sharding constraints, tiles
   manual        manual-sharding regions of SPMD programs (shards in, global tensor out)
   rng           the device RNG state and the key each random op records

@@ -153,10 +153,12 @@ def engine_node(
 def custom(
     rule: Callable, op: str, inputs: Sequence[XLATensor], static: dict,
     out_avals: Sequence[ir.Aval], layouts: Sequence[tuple] | None = None,
+    device: int | None = None,
 ) -> list[XLATensor]:
     """Record `rule(*inputs, **static)`, an op that is not ATen's (a collective, say);
-    `layouts[i]`, if given, is output i's (strides, storage offset) (`layout.py`)."""
-    device = inputs[0]._node.device
+    `layouts[i]`, if given, is output i's (strides, storage offset) (`layout.py`);
+    `device`: where an op without inputs runs (by default its first input's device)."""
+    device = inputs[0]._node.device if device is None else device
     values = [(t._node, t._index) for t in inputs]
     template = (tuple(ir.Slot(i) for i in range(len(inputs))), tuple(sorted(static.items())))
     key_hash = hash((op, template, tuple(n.avals[i] for n, i in values), tuple(out_avals)))
