@@ -168,3 +168,50 @@ def test_bad_calls_say_what_is_wrong(call, error, words):
     x = torch.ones(2, device=torch_xla.device())
     with pytest.raises(error, match=words):
         call(x)
+
+
+# --- custom ops kept as custom calls in exported StableHLO ---------------------------------
+
+_LIB = torch.library.Library("torch_xla_test_kernels", "DEF")
+_LIB.define("scale(Tensor x) -> Tensor")
+_LIB.define("split_rows(Tensor x, Tensor y) -> (Tensor, Tensor)")
+_LIB.define("times(Tensor x, int n) -> Tensor")
+torch.library.impl(_LIB, "scale", "Meta")(lambda x: torch.empty_like(x))
+torch.library.impl(_LIB, "split_rows", "Meta")(
+    lambda x, y: (torch.empty_like(x), torch.empty(y.shape[1:], device="meta")))
+torch.library.impl(_LIB, "times", "Meta")(lambda x, n: torch.empty_like(x))
+_OPS = torch.ops.torch_xla_test_kernels
+
+
+def _exported_text(fn, *inputs, allowed=("torch_xla_test_kernels",)):
+    from torch_xla.stablehlo import StableHLOExportOptions, exported_program_to_stablehlo
+
+    class M(torch.nn.Module):
+        def forward(self, *args):
+            return fn(*args)
+
+    options = StableHLOExportOptions(custom_ops_allowed_in_graph=set(allowed))
+    return exported_program_to_stablehlo(torch.export.export(M(), inputs),
+                                         options).get_stablehlo_text()
+
+
+def test_allowed_custom_ops_are_exported_as_custom_calls_named_after_them():
+    text = _exported_text(lambda x: torch.sin(_OPS.scale(torch.cos(x))), torch.randn(3, 3))
+    (line,) = [s for s in text.splitlines() if "stablehlo.custom_call" in s]
+    assert "@torch_xla_test_kernels.scale.default(" in line, line
+    assert "(tensor<3x3xf32>) -> tensor<3x3xf32>" in line, line
+    assert "stablehlo.cosine" in text and "stablehlo.sine" in text
+
+
+def test_an_allowed_op_with_several_outputs_returns_a_tuple_as_upstream():
+    text = _exported_text(lambda x, y: _OPS.split_rows(x, y), torch.randn(3, 3),
+                          torch.randn(5, 5))
+    (line,) = [s for s in text.splitlines() if "stablehlo.custom_call" in s]
+    assert "@torch_xla_test_kernels.split_rows.default(" in line, line
+    assert "-> tuple<tensor<3x3xf32>, tensor<5xf32>>" in line, line
+    assert text.count("stablehlo.get_tuple_element") == 2
+
+
+def test_an_allowed_op_with_an_argument_that_is_not_a_tensor_is_refused():
+    with pytest.raises(ValueError, match="not tensors"):
+        _exported_text(lambda x: _OPS.times(x, 3), torch.randn(2))

@@ -220,9 +220,9 @@ def test_an_op_without_lowering_fails_the_export_with_its_name():
 
 def test_unsupported_options_and_folders_are_refused(tmp_path):
     net, inputs = _net_and_inputs()
-    with pytest.raises(NotImplementedError, match="custom_ops_allowed_in_graph"):
+    with pytest.raises(NotImplementedError, match="export_node_metadata"):
         exported_program_to_stablehlo(export(net, inputs), StableHLOExportOptions(
-            custom_ops_allowed_in_graph={"xla"}))
+            export_node_metadata=True))
     with pytest.raises(FileNotFoundError, match="not a StableHLO bundle"):
         StableHLOGraphModule.load(tmp_path)
     shlo = exported_program_to_stablehlo(export(net, inputs))

@@ -49,7 +49,7 @@ from torch.utils import _pytree as pytree
 import torch_xla
 from torch_xla import _metrics
 from torch_xla._atomic import atomic_open
-from torch_xla.lazy import compiler, eager, functional, graph, ir, transfer
+from torch_xla.lazy import compiler, custom_call, eager, functional, graph, ir, transfer
 from torch_xla.lazy.tensor import XLATensor
 from torch_xla.pjrt.client import client
 
@@ -74,9 +74,12 @@ class StableHLOExportOptions:
     inline_all_constant: tensors the program makes from constants (not its inputs) are
         constants of the module; False: arguments of it, kept in `constants/`.
     export_weights: keep the weights in the bundle at all.
-    custom_ops_allowed_in_graph, export_node_metadata: PyTorch/XLA's options for its
-        own custom calls and MLIR locations; a non-empty set of namespaces, or True, is
-        refused (see docs/migration.md).
+    custom_ops_allowed_in_graph: namespaces of custom ops (`torch.library`) kept in the
+        StableHLO as custom calls named after the op (`@my_lib.my_op.default`), their
+        outputs shaped as the op's fake (Meta) kernel says; the program's runner provides
+        them.
+    export_node_metadata: PyTorch/XLA's MLIR locations; True is refused (see
+        docs/migration.md).
     """
     include_human_readable_text: bool = True
     override_tracing_arguments: tuple[Any, ...] | None = None
@@ -289,11 +292,32 @@ def _device_array(value: Any, signature: VariableSignature, index: int) -> jax.A
 
 class XLAExportInterpreter(torch.fx.Interpreter):
     """Runs an exported program's graph on XLA tensors: ops that name a device (factory
-    calls) make their tensors on the XLA device instead."""
+    calls) make their tensors on the XLA device instead, and ops of the namespaces in
+    `custom_ops_allowed_in_graph` become custom calls named after them
+    (`stablehlo.custom_call @my_lib.my_op.default`, outputs as the graph's fake values
+    say), which whoever runs the StableHLO provides."""
 
-    def __init__(self, module: torch.fx.GraphModule, device: torch.device) -> None:
+    def __init__(self, module: torch.fx.GraphModule, device: torch.device,
+                 custom_ops_allowed_in_graph: set[str] | frozenset[str] = frozenset()
+                 ) -> None:
         super().__init__(module)
         self._device = device
+        self._custom_ops = frozenset(custom_ops_allowed_in_graph)
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        if n.op == "call_function" and getattr(n.target, "namespace", None) in self._custom_ops:
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            operands = [*args, *kwargs.values()]
+            if not all(isinstance(a, torch.Tensor) for a in operands):
+                raise ValueError(
+                    f"{n.target} takes arguments that are not tensors "
+                    f"({[type(a).__name__ for a in operands]}), which a custom call cannot "
+                    "carry: leave its namespace out of custom_ops_allowed_in_graph, or "
+                    "give the op tensor arguments only.")
+            shapes, dtypes = custom_call.fx_node_outputs(n)
+            results = custom_call.record(operands, str(n.target), shapes, dtypes)
+            return results[0] if isinstance(n.meta["val"], torch.Tensor) else tuple(results)
+        return super().run_node(n)
 
     def call_function(self, target: Any, args: tuple, kwargs: dict) -> Any:
         if "device" in kwargs:
@@ -339,11 +363,10 @@ def exported_program_to_stablehlo(exported_model: ExportedProgram,
     """The StableHLO of `exported_model` (a `torch.export.export` result), as a bundle
     with its weights."""
     options = options or StableHLOExportOptions()
-    if options.custom_ops_allowed_in_graph or options.export_node_metadata:
+    if options.export_node_metadata:
         raise NotImplementedError(
-            "StableHLOExportOptions: custom_ops_allowed_in_graph and export_node_metadata "
-            "(PyTorch/XLA's custom calls and MLIR locations) are not supported; leave "
-            "them at their defaults.")
+            "StableHLOExportOptions: export_node_metadata (PyTorch/XLA's MLIR locations) "
+            "is not supported; leave it False.")
     exported = _run_decompositions(exported_model)
     _warn_dynamic_dims(exported)
     args, kwargs = _user_inputs(exported, options)
@@ -416,7 +439,8 @@ def _lower(exported: ExportedProgram, arguments: list[_Argument | None], values:
                enumerate(zip(inputs, arguments, strict=True)) if a is not None}
     runs, fallbacks = _metrics.engine_runs(), _metrics.fallback_counts()
     with torch.no_grad(), eager.disabled():
-        outputs = XLAExportInterpreter(exported.graph_module, device).run(*inputs)
+        outputs = XLAExportInterpreter(exported.graph_module, device,
+                                       options.custom_ops_allowed_in_graph).run(*inputs)
     after = _metrics.fallback_counts()
     if _metrics.engine_runs() != runs or after != fallbacks:
         on_cpu = sorted(n for n, count in after.items() if count > fallbacks.get(n, 0))

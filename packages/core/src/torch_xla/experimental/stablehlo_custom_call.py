@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 import torch_xla
+from torch_xla.lazy.custom_call import fx_node_outputs as extract_custom_call_outputs_shape_dtype
 
 __all__ = ["extract_custom_call_outputs_shape_dtype", "place_to_device", "place_to_host",
            "stablehlo_custom_call"]
@@ -41,20 +42,6 @@ def stablehlo_custom_call(args: Sequence[torch.Tensor], call_target: str,
                                                backend_config, api_version,
                                                frontend_attributes or {})
     return results[0] if len(output_shapes) == 1 else results
-
-
-def extract_custom_call_outputs_shape_dtype(n: torch.fx.Node) -> tuple[list, list]:
-    """The output shapes and dtypes of FX node `n`, from its `val` metadata (a tensor, or
-    a sequence of tensors), as `stablehlo_custom_call` takes them."""
-    if "val" not in n.meta:
-        raise ValueError(f"node {n.name} has no 'val' metadata: trace it with fake tensors "
-                         "(torch.export or make_fx) first")
-    value = n.meta["val"]
-    if isinstance(value, torch.Tensor):
-        return [value.shape], [value.dtype]
-    if not all(isinstance(v, torch.Tensor) for v in value):
-        raise ValueError(f"node {n.name} has outputs that are not tensors: {value!r}")
-    return [v.shape for v in value], [v.dtype for v in value]
 
 
 def _placed(a: torch.Tensor, memory: str) -> torch.Tensor:

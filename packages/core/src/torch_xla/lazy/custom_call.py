@@ -51,6 +51,20 @@ def record(args: Sequence[torch.Tensor], call_target: str, output_shapes: Sequen
     return _recorded(what, args, static, output_shapes, output_dtypes)
 
 
+def fx_node_outputs(n: torch.fx.Node) -> tuple[list, list]:
+    """The output shapes and dtypes of FX node `n`, from its `val` metadata (a tensor, or
+    a sequence of tensors), as `record` takes them."""
+    if "val" not in n.meta:
+        raise ValueError(f"node {n.name} has no 'val' metadata: trace it with fake tensors "
+                         "(torch.export or make_fx) first")
+    value = n.meta["val"]
+    if isinstance(value, torch.Tensor):
+        return [value.shape], [value.dtype]
+    if not all(isinstance(v, torch.Tensor) for v in value):
+        raise ValueError(f"node {n.name} has outputs that are not tensors: {value!r}")
+    return [v.shape for v in value], [v.dtype for v in value]
+
+
 def _results(what: str, output_shapes: Sequence[Any], output_dtypes: Sequence[Any]
              ) -> tuple:
     """((shape, storage dtype), ...) of the declared outputs."""

@@ -17,6 +17,7 @@ from typing import Any
 from jax._src import core, dispatch
 from jax._src.interpreters import mlir
 from jax._src.lib.mlir import ir
+from jax._src.lib.mlir.dialects import hlo
 from jax.extend.core import Primitive
 
 # XLA's CustomCallApiVersion: 1 the original, 2 status-returning, 3 status-returning with
@@ -43,12 +44,15 @@ def _lowering(ctx: mlir.LoweringRuleContext, *args: Any, target: str, results: t
     if frontend_attributes:
         extra = {"mhlo.frontend_attributes": ir.DictAttr.get(
             {name: ir.StringAttr.get(value) for name, value in frontend_attributes})}
+    types = [mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out]
+    several = len(types) > 1  # one tuple, as XLA's builder makes it (and HLO runs it)
     op = mlir.custom_call(
-        target,
-        result_types=[mlir.aval_to_ir_type(ctx.module_context, a) for a in ctx.avals_out],
+        target, result_types=[ir.TupleType.get_tuple(types)] if several else types,
         operands=list(args), backend_config=backend_config, has_side_effect=has_side_effect,
         api_version=api_version or 1, extra_attributes=extra)
-    return op.results
+    if not several:
+        return op.results
+    return [hlo.get_tuple_element(op.result, mlir.i32_attr(k)) for k in range(len(types))]
 
 
 mlir.register_lowering(custom_call_p, _lowering)
