@@ -114,13 +114,21 @@ def test_graphs_seen_before_do_not_count_again():
 
 
 def test_another_function_of_the_same_name_is_another_session():
-    def make():
-        def f(x):
-            return x + x
-        return f
+    """Sessions are named after the function's name and id, as PyTorch/XLA names them; a
+    dead function's id can be reused by a new one of the same name, whose calls must not
+    count against the dead one's traces."""
+    def f(x):
+        return x + x
 
-    for size in (3, 4, 5):  # the last one gone, the next may get its id: a fresh session
-        check(make(), torch.rand(size), limit=1)
+    stale = f"f_{id(f)}"  # what a dead function with f's id left behind: a trace of x * 3
+    torch_xla._XLAC._dynamic_shape_detector_start_session(stale)
+    y = torch.rand(7).to("xla") * 3
+    torch_xla._XLAC._dynamic_shape_detector_end_session()
+    torch_xla.sync()
+    del y
+    check(f, torch.rand(3), limit=1)  # f's first trace: a fresh session
+    with pytest.raises(RuntimeError, match="exceeded: 1"):
+        check(f, torch.rand(4), limit=1)  # and f's own traces count
 
 
 def test_older_names_of_the_limit_and_bad_limits():
