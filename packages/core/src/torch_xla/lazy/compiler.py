@@ -18,7 +18,16 @@ from typing import Any
 import jax
 
 from torch_xla import _metrics
-from torch_xla.lazy import analysis, composite, dtype_policy, dump, ir, manual, replicas
+from torch_xla.lazy import (
+    analysis,
+    composite,
+    custom_call,
+    dtype_policy,
+    dump,
+    ir,
+    manual,
+    replicas,
+)
 from torch_xla.lowering import composite as composite_lowering
 from torch_xla.lowering import policy
 from torch_xla.pjrt import spmd
@@ -387,10 +396,18 @@ def rejected_graph_message(reason: str, order: list) -> str:
             ops[f"{n.op}({types})"] = None
     listed = list(ops)[:LISTED_OPS]
     more = f", and {len(ops) - LISTED_OPS} more" if len(ops) > LISTED_OPS else ""
-    return (f"The {client().name} compiler rejected a graph of {len(ops)} distinct ops: "
-            f"{reason.strip()}\nIts ops, on their input types: {'; '.join(listed)}{more}. "
-            "One of them is likely not supported on this device with those types: compute "
-            "it on the CPU (`.cpu()` first) or cast its inputs to a supported type.")
+    head = (f"The {client().name} compiler rejected a graph of {len(ops)} distinct ops: "
+            f"{reason.strip()}\n")
+    if "custom call" in reason and any(n.op == custom_call.OP for n in order):
+        return head + (
+            "A custom call of the graph (stablehlo_custom_call) names a kernel no one "
+            f"registered for the {client().name} device under that API version: register "
+            "it first (e.g. jax.ffi.register_ffi_target(name, capsule, platform=...)), or "
+            "check the call's name and api_version.")
+    return head + (
+        f"Its ops, on their input types: {'; '.join(listed)}{more}. One of them is likely "
+        "not supported on this device with those types: compute it on the CPU (`.cpu()` "
+        "first) or cast its inputs to a supported type.")
 
 
 def stable_key(device: int, order, position, values, replica: bool = False,
