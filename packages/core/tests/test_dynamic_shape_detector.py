@@ -121,9 +121,14 @@ def test_another_function_of_the_same_name_is_another_session():
         return x + x
 
     stale = f"f_{id(f)}"  # what a dead function with f's id left behind: a trace of x * 3
+    torch_xla._XLAC._dynamic_shape_detector_remove_session(stale)  # an earlier test's
+    torch_xla._XLAC._dynamic_shape_detector_set_max_num_different_graphs_allowed(1)
+    x = torch.rand(7).to("xla")
     torch_xla._XLAC._dynamic_shape_detector_start_session(stale)
-    y = torch.rand(7).to("xla") * 3
-    torch_xla._XLAC._dynamic_shape_detector_end_session()
+    try:
+        y = x * 3
+    finally:
+        torch_xla._XLAC._dynamic_shape_detector_end_session()
     torch_xla.sync()
     del y
     check(f, torch.rand(3), limit=1)  # f's first trace: a fresh session

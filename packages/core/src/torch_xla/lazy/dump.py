@@ -178,11 +178,12 @@ def computation_text(computation: Any) -> str:
 
 
 def xla_computation(lowered: Any) -> Any:
-    """A lowered graph as XLA's HLO computation (its parameters the graph's leaves)."""
+    """A lowered graph as XLA's HLO computation (its parameters the graph's leaves, its
+    outputs one tuple, as PyTorch/XLA's computations return them)."""
     # Without locations, XLA names each instruction after its opcode, not jax's op name.
     module = mlir.module_to_string(lowered.compiler_ir("stablehlo"), enable_debug_info=False)
     return _jax.mlir.mlir_module_to_xla_computation(module, use_tuple_args=False,
-                                                    return_tuple=False)
+                                                    return_tuple=True)
 
 
 # jax names parameter k of a computation `Arg_k.N`; PyTorch/XLA's builder names it `pk.N`.
