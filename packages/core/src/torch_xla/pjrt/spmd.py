@@ -79,24 +79,32 @@ def on_devices(arrays: Sequence[jax.Array], devices: tuple) -> list[jax.Array]:
     order of `devices` (`in_order`, no copy either)."""
     out = list(arrays)
     count = len(devices)
-    meshes: dict[int, Any] = {}
+    meshes: dict[int, Any] = {}  # the sharded inputs' meshes
+    layouts: dict[int, Any] = {}  # one sharding per mesh, and XLA's shardings: their orders
     named = True  # no input laid out by XLA's sharding (whose programs name no mesh)
     for k, array in enumerate(out):
         sharding = array.sharding
-        if type(sharding) is SingleDeviceSharding and count > 1:
+        kind = type(sharding)
+        if kind is SingleDeviceSharding:
+            if count == 1:
+                continue
             out[k] = array = jax.device_put(array, replicated(devices))
-            sharding = array.sharding
-        if type(sharding) is NamedSharding and not _whole(sharding):
-            meshes.setdefault(id(sharding.mesh), sharding.mesh)
-        named = named and type(sharding) is not GSPMDSharding
+            sharding, kind = array.sharding, NamedSharding
+        if kind is NamedSharding:
+            mesh = sharding.mesh
+            layouts.setdefault(id(mesh), sharding)
+            if not _whole(sharding):
+                meshes.setdefault(id(mesh), mesh)
+        else:
+            named = False
+            layouts.setdefault(id(sharding), sharding)
     if len(meshes) == 1 and named:
         (mesh,) = meshes.values()
         for k, array in enumerate(out):
             sharding = array.sharding
             if type(sharding) is NamedSharding and sharding.mesh is not mesh and _whole(sharding):
                 out[k] = jax.device_put(array, NamedSharding(mesh, PartitionSpec()))
-    orders = {order(array.sharding) for array in out if len(array.sharding.device_set) > 1}
-    if len(orders) > 1:
+    if len({order(s) for s in layouts.values()}) > 1:
         out = [in_order(array, devices) for array in out]
     return out
 
@@ -147,16 +155,16 @@ _gspmd = threading.local()
 
 
 @contextlib.contextmanager
-def gspmd_layouts(devices: tuple) -> Iterator[None]:
+def gspmd_layouts(devices: tuple | None) -> Iterator[None]:
     """Within it, the sharding constraints lowered into a program name their layouts as
-    XLA's over `devices`, the program's device order (`constraint`); the compiler gives
-    the inputs' layouts so too (`as_gspmd`). A program lowered so names no mesh, and its
-    outputs keep the layouts XLA chose."""
-    _gspmd.devices = devices
+    XLA's over `devices`, the program's device order (None: each its own; `constraint`);
+    the compiler gives the inputs' layouts so too (`as_gspmd`). A program lowered so
+    names no mesh, and its outputs keep the layouts XLA chose."""
+    _gspmd.on, _gspmd.devices = True, devices
     try:
         yield
     finally:
-        _gspmd.devices = None
+        _gspmd.on, _gspmd.devices = False, None
 
 
 def as_gspmd(sharding: Any, ndim: int, devices: tuple | None = None) -> GSPMDSharding:
@@ -197,8 +205,9 @@ def _renumbered(hlo: Any, own: tuple, devices: tuple) -> Any:
 def constraint(sharding: Any, ndim: int) -> Any:
     """The sharding a constraint of `ndim` dims is lowered with: `sharding`, or its XLA
     form over the program's devices within `gspmd_layouts()`."""
-    devices = getattr(_gspmd, "devices", None)
-    return sharding if devices is None else as_gspmd(sharding, ndim, devices)
+    if not getattr(_gspmd, "on", False):
+        return sharding
+    return as_gspmd(sharding, ndim, _gspmd.devices)
 
 
 def layout_key(arrays: Sequence[jax.Array]) -> tuple:
