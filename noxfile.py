@@ -157,8 +157,9 @@ def main(session: nox.Session) -> None:
 def upstream(session: nox.Session) -> None:
     """PyTorch/XLA's own test files (../shared/upstream, unmodified) as its run_tests.sh runs
     them; writes docs/compatibility.md (test results and upstream's API, module by module).
-    Fails on any failing file outside the expected failures, on an expected failure that
-    passes, and on a missing upstream name without a reason."""
+    Fails on any failing file outside the expected failures, on an expected-failure file
+    where other tests fail than the ones listed by name or a listed one passes, and on a
+    missing upstream name without a reason."""
     install(session, "core", "plugin-cpu")
     # torch_xla._internal.tpu, which upstream keeps in its core, comes from the TPU plugin
     # package (it imports without libtpu or a TPU; PJRT_DEVICE=CPU still picks the CPU).

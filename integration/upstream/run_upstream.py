@@ -4,10 +4,12 @@ print one line per run, and write docs/compatibility.md.
     python integration/upstream/run_upstream.py ../shared/upstream docs/compatibility.md
 
 Each run starts from the file's folder with PJRT_DEVICE=CPU and CPU_NUM_DEVICES=1 (4 for
-the multi-device files), and passes when it exits 0. Files that belong to features not
-built yet are expected failures, each with its reason (`EXPECTED_FAILURES`); an expected
-failure that passes is reported, so the list cannot go stale. Exit status: 0 when every
-other run passed.
+the multi-device files), and passes when it exits 0. Files that test features not built
+yet are expected failures, each with the tests that fail in it and why
+(`EXPECTED_FAILURES`): such a run counts as an expected failure only when unittest reports
+exactly those tests failing, so a regression elsewhere in the file fails the run, and a
+listed test that passes is reported so the list cannot go stale. Exit status: 0 when every
+run passed or failed exactly as expected.
 
 Runs go two at a time on two cores or more (TORCH_XLA_UPSTREAM_JOBS sets how many), the
 longest of the last report first; lines and the report keep the runs' own order.
@@ -31,34 +33,51 @@ import api_report  # beside this file
 HERE = pathlib.Path(__file__).resolve().parent
 STANDINS = HERE / "standins"  # torchvision's import names (its wheels need CUDA torch)
 
-# Files that test features of later issues: expected to fail until those land.
+# Files that test features of later issues, each with the tests that fail in it (unittest's
+# `Class.test` names) and why. The run is an "expected failure" only when exactly these fail:
+# another failing test, a crash, or one of these passing is reported (FAIL / unexpected pass).
+@dataclasses.dataclass(frozen=True)
+class Expected:
+    failing: frozenset[str]
+    why: str
+
+
 EXPECTED_FAILURES = {
-    "test/spmd/test_xla_sharding.py": "(issue 11) 77 of 81 run tests pass with 4 devices; "
-    "2 compare PyTorch/XLA's own HLO text where XLA's StableHLO-to-HLO conversion (the only "
-    "way jaxlib prints HLO) canonicalizes: it folds `x += 0` away (test_mark_sharding_ir) and "
-    "turns the transpose of a [64,1] gradient into a reshape, so the barrier's tuple shows "
-    "layout {1,0}, not {0,1}, and is numbered %tuple.1 (test_backward_optimization_barrier); "
-    "test_sharding_propagation expects XLA's GSPMD to shard an output that jax's partitioner "
-    "(Shardy, and GSPMD through jax too) leaves replicated, "
-    "test_fallback expects torch.polar's result kept on the host (ours is lowered and stays "
-    "pending on the device)",
-    "test/spmd/test_fsdp_v2.py": "(issue 11) 7 of 8 run tests pass; test_fsdp_v2_basic compares "
-    "the exact HLO text of the backward optimization barrier, where XLA's conversion prints "
-    "the [1,64] gradient's transpose as a reshape (layout {1,0}, not {0,1}) and numbers the "
-    "tuple %tuple.1",
-    "test/dynamo/test_dynamo.py": "(issue 12) 27 of 30 pass; dynamo breaks the graph at "
-    "torch._foobar (no meta kernel: fake-tensor propagation runs its real kernel with Python "
-    "dispatch off, where a backend written in Python has no kernels, and torch's Python "
-    "fallback for a backend key asserts on our tensors), torch 2.13 words its device error "
-    "'found at least two devices', and identical graphs share one program here (CompileTime "
-    "1, not 2)",
-    "test/dynamo/test_dynamo_dynamic_shape.py": "(issue 12) 6 of 7 pass; torch 2.13's dynamo "
-    "reuses one nn.Linear's dynamic graph for a second Linear (no new DynamoExtractCompiledGraph)",
+    "test/spmd/test_xla_sharding.py": Expected(frozenset({
+        "BasicXlaShardingTest.test_mark_sharding_ir",
+        "BasicXlaShardingTest.test_backward_optimization_barrier",
+        "BasicXlaShardingTest.test_sharding_propagation",
+        "BasicXlaShardingTest.test_fallback"}),
+        "(issue 11) 2 compare PyTorch/XLA's own HLO text where XLA's StableHLO-to-HLO "
+        "conversion (the only way jaxlib prints HLO) canonicalizes: it folds `x += 0` away "
+        "(test_mark_sharding_ir) and turns the transpose of a [64,1] gradient into a reshape, "
+        "so the barrier's tuple shows layout {1,0}, not {0,1}, and is numbered %tuple.1 "
+        "(test_backward_optimization_barrier); test_sharding_propagation expects XLA's GSPMD "
+        "to shard an output that jax's partitioner (Shardy, and GSPMD through jax too) leaves "
+        "replicated; test_fallback expects torch.polar's result kept on the host (ours is "
+        "lowered and stays pending on the device)"),
+    "test/spmd/test_fsdp_v2.py": Expected(frozenset({"FSDPv2Test.test_fsdp_v2_basic"}),
+        "(issue 11) test_fsdp_v2_basic compares the exact HLO text of the backward "
+        "optimization barrier, where XLA's conversion prints the [1,64] gradient's transpose "
+        "as a reshape (layout {1,0}, not {0,1}) and numbers the tuple %tuple.1"),
+    "test/dynamo/test_dynamo.py": Expected(frozenset({
+        "DynamoCpuFallbackTest.test_operator_fallback",
+        "DynamoCpuFallbackTest.test_fallback_multiple_submodules",
+        "DynamoErrorMessageTest.test_mixed_cpu_tensor"}),
+        "(issue 12) dynamo breaks the graph at torch._foobar (no meta kernel: fake-tensor "
+        "propagation runs its real kernel with Python dispatch off, where a backend written "
+        "in Python has no kernels, and torch's Python fallback for a backend key asserts on "
+        "our tensors), torch 2.13 words its device error 'found at least two devices', and "
+        "identical graphs share one program here (CompileTime 1, not 2)"),
+    "test/dynamo/test_dynamo_dynamic_shape.py": Expected(frozenset({
+        "DynamoDynamicShapeBasicTest.test_dynamic_shape_mix_with_non_dynamic"}),
+        "(issue 12) torch 2.13's dynamo reuses one nn.Linear's dynamic graph for a second "
+        "Linear (no new DynamoExtractCompiledGraph)"),
 }
 
-# Files of this issue (10) that do not pass yet, each with what is missing: reported as
-# "known failure", and like the expected failures, a pass is reported so the list stays true.
-KNOWN_FAILURES = {
+# Files of this issue (10) that do not pass yet, in the same form: reported as "known
+# failure", checked test by test as the expected failures are.
+KNOWN_FAILURES: dict[str, Expected] = {
 }
 
 # Files upstream's multi-device runs start with four CPU devices (run_tests.sh itself
@@ -119,7 +138,7 @@ class Run:
     file: str
     args: list[str]
     devices: str
-    expected_failure: str | None
+    expected: Expected | None
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     result: str = ""
     reason: str = ""
@@ -135,7 +154,7 @@ class Run:
 def runs(listed: list[str]) -> list[Run]:
     out = []
     for file in listed:
-        expected = next((why for prefix, why in {**EXPECTED_FAILURES, **KNOWN_FAILURES}.items()
+        expected = next((e for prefix, e in {**EXPECTED_FAILURES, **KNOWN_FAILURES}.items()
                          if file.startswith(prefix)), None)
         if file == MNIST:
             out += [Run(file, args, devices, expected) for args, devices in MNIST_RUNS]
@@ -152,6 +171,49 @@ def _last_error(text: str) -> str:
     return (errors or lines or ["no output"])[-1][:200]
 
 
+# unittest's report of a failing test: `FAIL: test_x (__main__.Class.test_x)`, or
+# `ERROR: setUpClass (__main__.Class)` for a class that failed to set up.
+_FAILED_TEST = re.compile(r"^(?:FAIL|ERROR): (\S+) \(([^)\s]+)\)", re.M)
+_RAN = re.compile(r"^Ran (\d+) tests? in ", re.M)
+_SKIPPED = re.compile(r"^FAILED \(.*\bskipped=(\d+)", re.M)
+
+
+def failed_tests(output: str) -> frozenset[str] | None:
+    """The `Class.test` names unittest reports failing in `output`, or None when the output
+    has no unittest summary (the run crashed, hung or is not a unittest run)."""
+    if not _RAN.search(output):
+        return None
+    names = set()
+    for test, where in _FAILED_TEST.findall(output):
+        where = where.removeprefix("__main__.")
+        names.add(where if where.endswith("." + test) else f"{where}.{test}")
+    return frozenset(names)
+
+
+def judge(expected: Expected, known: bool, returncode: int | None, output: str,
+          failure: str) -> tuple[str, str]:
+    """The result and reason of a run of a file listed with the tests expected to fail in
+    it (`returncode` None: it timed out): "expected failure" (or "known failure") only when
+    it exited 1, as upstream's files do after failing tests, and exactly those failed."""
+    label = "known failure" if known else "expected failure"
+    table = "KNOWN_FAILURES" if known else "EXPECTED_FAILURES"
+    if returncode == 0:
+        return "unexpected pass", f"every test passes: remove the file from {table}"
+    failed = failed_tests(output)
+    if failed is None or returncode != 1:
+        return "FAIL", f"{failure} (it did not finish its tests and exit 1)"
+    if failed - expected.failing:
+        return "FAIL", (f"failing beyond {table}: {', '.join(sorted(failed - expected.failing))}"
+                        f" ({failure})")
+    if expected.failing - failed:
+        return "unexpected pass", (f"{', '.join(sorted(expected.failing - failed))} now "
+                                   f"pass: remove them from {table}")
+    skipped = _SKIPPED.findall(output)
+    ran = int(_RAN.findall(output)[-1]) - int(skipped[-1] if skipped else 0)
+    return label, (f"{ran - len(failed)} of {ran} run tests pass (skipped ones not counted); "
+                   f"failing: {', '.join(sorted(failed))}. {expected.why}")
+
+
 def execute(run: Run, root: pathlib.Path) -> None:
     if run.file in LONG_RUNS and not os.environ.get(LONG_RUNS_ENV):
         run.result, run.reason = "not run", f"{LONG_RUNS[run.file]} (run it with {LONG_RUNS_ENV}=1)"
@@ -165,19 +227,16 @@ def execute(run: Run, root: pathlib.Path) -> None:
     try:
         done = subprocess.run([sys.executable, path.name, *run.args], cwd=path.parent, env=env,
                               capture_output=True, text=True, timeout=TIMEOUT)
-        passed, output = done.returncode == 0, done.stdout + done.stderr
+        returncode, output = done.returncode, done.stdout + done.stderr
         failure = f"exit {done.returncode}: {_last_error(output)}"
     except subprocess.TimeoutExpired:
-        passed, failure = False, f"no result within {TIMEOUT} s"
+        returncode, output, failure = None, "", f"no result within {TIMEOUT} s"
     run.seconds = time.perf_counter() - start
-    if run.expected_failure:
-        known = run.file in KNOWN_FAILURES
-        run.result = "unexpected pass" if passed else (
-            "known failure" if known else "expected failure")
-        run.reason = run.expected_failure if not passed else (
-            f"remove it from {'KNOWN' if known else 'EXPECTED'}_FAILURES")
+    if run.expected:
+        run.result, run.reason = judge(run.expected, run.file in KNOWN_FAILURES, returncode,
+                                       output, failure)
     else:
-        run.result, run.reason = ("pass", "") if passed else ("FAIL", failure)
+        run.result, run.reason = ("pass", "") if returncode == 0 else ("FAIL", failure)
 
 
 def report(all_runs: list[Run], source: str) -> str:
@@ -188,8 +247,9 @@ def report(all_runs: list[Run], source: str) -> str:
         "",
         "Written by `nox -s upstream` (`integration/upstream/run_upstream.py`): each file of",
         f"`{source}` (PyTorch/XLA's tests, unmodified) run as its `test/run_tests.sh` runs it,",
-        "from its folder with `PJRT_DEVICE=CPU`. A run passes when it exits 0; seconds are its",
-        f"wall time, {jobs()} run(s) at a time (`{JOBS_ENV}`).",
+        "from its folder with `PJRT_DEVICE=CPU`. A run passes when it exits 0; an expected",
+        "failure is a run where exactly the listed tests failed (named in its reason); seconds",
+        f"are its wall time, {jobs()} run(s) at a time (`{JOBS_ENV}`).",
         "",
         f"{passed} passed, {failed} failed, "
         f"{sum(r.result == 'expected failure' for r in all_runs)} expected failures (features "
