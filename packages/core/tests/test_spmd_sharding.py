@@ -853,6 +853,9 @@ dev = torch_xla.device()
 net = model().to(dev)
 mesh = xs.Mesh(np.arange(n), (2, n // 2), ("data", "model"))
 xs.mark_sharding(net[0].weight, mesh, ("model", None))
+if REORDERED:  # a second mesh whose order puts each host's devices on the other's tiles
+    other = xs.Mesh(np.array([3, 1, 2, 0]), (n,), ("all",))
+    xs.mark_sharding(net[2].weight, other, (None, "all"))
 opt = torch.optim.SGD(net.parameters(), lr=0.1)
 for x, y in batches:
     x, y = x.to(dev), y.to(dev)
@@ -860,19 +863,34 @@ for x, y in batches:
     opt.zero_grad(); loss = torch.nn.functional.mse_loss(net(x), y); loss.backward(); opt.step()
     torch_xla.sync()
 held = [tuple(s.data.shape) for s in xs.XLAShardedTensor(net[0].weight).local_shards]
+# The master writes; every process reads the tiles (and runs the pending product).
+import torch_xla.core.xla_model as xm
+xm.save({"state": net.state_dict(), "pending": net[2].weight * 3}, SAVE)
+import torch_xla.utils.serialization as xser
+xser.save(net.state_dict(), SAVE + ".x")  # one tensor at a time
+weights = [p.cpu().tolist() for p in net.parameters()]
+xs.clear_sharding(net[2].weight)  # laid out anew over both hosts' devices
 print(json.dumps({"process": xr.process_index(), "processes": xr.process_count(),
                   "devices": n, "local": xr.addressable_runtime_device_count(), "held": held,
-                  "loss": loss.item(), "weights": [p.cpu().tolist() for p in net.parameters()]}))
+                  "loss": loss.item(), "weights": weights, "cleared": net[2].weight.tolist()}))
 """
 
 
-def test_two_hosts_form_one_mesh_and_train_as_one_host():
+@pytest.mark.parametrize("reordered", [False, True], ids=["one_mesh", "reordered_meshes"])
+def test_two_hosts_form_one_mesh_and_train_as_one_host(reordered, tmp_path):
     """2 processes x 2 CPU devices (jax's distributed runtime over loopback, started with
-    torchrun's variables) train as 1 process with 4 devices: same losses and weights."""
-    code = "import json\n" + MULTIHOST
-    single = run_python(code, env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4"}, timeout=300)
+    torchrun's variables) train as 1 process with 4 devices: same losses and weights. With
+    `reordered`, a second mesh orders the devices [3, 1, 2, 0], so tiles of one program lie
+    on meshes of two device orders across both hosts. `xm.save` by the master alone
+    (reading tiles the other host holds, and a pending value) and a re-layout of a weight
+    over both hosts work there too."""
+    code = f"import json\nREORDERED = {reordered}\nSAVE = {str(tmp_path / 'one.pt')!r}\n"
+    single = run_python(code + MULTIHOST, env={"PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4"},
+                        timeout=300)
     assert single.returncode == 0, single.stderr
     alone = json.loads(single.stdout.strip().splitlines()[-1])
+    assert alone["cleared"] == alone["weights"][2]
+    code = code.replace("one.pt", "two.pt") + MULTIHOST
     port = get_free_tcp_ports()[0]
     base = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
     procs = [subprocess.Popen(
@@ -892,6 +910,18 @@ def test_two_hosts_form_one_mesh_and_train_as_one_host():
         assert abs(h["loss"] - alone["loss"]) <= 1e-6
         for mine, theirs in zip(h["weights"], alone["weights"], strict=True):
             assert np.allclose(mine, theirs, atol=1e-6)
+        assert h["cleared"] == h["weights"][2]
+    import torch
+
+    saved = torch.load(tmp_path / "two.pt")
+    for (name, tensor), theirs in zip(saved["state"].items(), alone["weights"], strict=True):
+        assert tensor.device.type == "cpu" and np.allclose(tensor, theirs, atol=1e-6), name
+    assert np.allclose(saved["pending"], np.array(alone["weights"][2]) * 3, atol=1e-5)
+    from torch_xla.utils import serialization
+
+    saved = serialization.load(str(tmp_path / "two.pt.x"))
+    for (name, tensor), theirs in zip(saved.items(), alone["weights"], strict=True):
+        assert np.allclose(tensor, theirs, atol=1e-6), name
 
 
 def test_experimental_xla_sharding_is_the_spmd_api_under_its_old_name():

@@ -740,10 +740,13 @@ def save(
 
     A path is written atomically: an interrupted save leaves the previous file, and
     the next save to it removes the temporary file a killed one left. The file gets
-    the permissions `torch.save` gives; errors name `file_or_path`.
+    the permissions `torch.save` gives; errors name `file_or_path`. In SPMD over several
+    processes every process reads the values (tiles come by collectives), one writes.
     """
-    if not master_only or is_master_ordinal(local=not global_master):
+    writer = not master_only or is_master_ordinal(local=not global_master)
+    if writer or spmd.reads_are_collective():
         cpu_data = _maybe_convert_to_cpu(data)  # pending tensors computed in one graph
+    if writer:
         if isinstance(file_or_path, (str, os.PathLike)):
             with atomic_open(file_or_path) as f:
                 torch.save(cpu_data, f)
@@ -769,8 +772,10 @@ def do_on_ordinals(target: Callable[..., Any], data: tuple = (),
     replica meets. Returns `target`'s result where it ran, else None."""
     running = xr.global_ordinal() in ordinals
     result = None
+    if running or spmd.reads_are_collective():  # every process reads, as `save` does
+        data = _maybe_convert_to_cpu(data)
     if running:
-        result = target(*_maybe_convert_to_cpu(data))
+        result = target(*data)
     rendezvous("torch_xla.core.xla_model.do_on_ordinals")
     return result
 

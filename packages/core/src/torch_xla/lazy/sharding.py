@@ -129,10 +129,10 @@ def annotate(t: XLATensor, sharding: Any, refuse_other: bool = False) -> None:
         if _divides(sharding, aval[0]):
             array = node.upload(sharding) if type(node) is nodes.HostData else None
             if array is None:
-                array = jax.device_put(node.array, sharding)
+                array = spmd.put(node.array, sharding)
             t._set(ir.Data(array, aval, node.device, annotated=True))
         else:  # uneven tiles: kept whole on every device, the annotation beside it
-            array = jax.device_put(node.array, client().replicated())
+            array = spmd.put(node.array, client().replicated())
             t._set(ir.Data(array, aval, node.device, annotated=sharding))
         return
     # A pending value: a constraint in the graph (XLA pads uneven tiles inside a program).
@@ -347,7 +347,7 @@ def clear(t: XLATensor) -> None:
     node = t._node
     if node.rule is None:
         if getattr(node, "annotated", False):
-            array = jax.device_put(node.array, client().replicated())
+            array = spmd.put(node.array, client().replicated())
             t._set(ir.Data(array, node.avals[0], node.device))
     elif node.op == CONSTRAINT_OP:
         t._set(*node.inputs[0])

@@ -24,9 +24,12 @@ from typing import Any
 
 import jax
 import numpy as np
+from jax._src import config as jax_config
 from jax._src.lib import xla_client
 from jax._src.sharding_impls import GSPMDSharding
 from jax.sharding import Mesh, NamedSharding, PartitionSpec, SingleDeviceSharding
+
+from torch_xla.pjrt import distributed
 
 USE_SPMD_VARIABLE = "XLA_USE_SPMD"
 
@@ -55,6 +58,14 @@ def replicated(devices: tuple) -> NamedSharding:
     return NamedSharding(Mesh(np.array(devices, dtype=object), ("devices",)), PartitionSpec())
 
 
+def reads_are_collective() -> bool:
+    """Whether reading a tensor's value to the host (and running a pending program) is a
+    step every process of the job must take together: SPMD over several processes, where
+    one program runs on all devices and a tile another process holds comes by a
+    collective. A save or callback that only one process makes must then read on all."""
+    return _on and distributed.process_count() > 1
+
+
 def place(host: np.ndarray, sharding: Any) -> jax.Array:
     """A global array laid out as `sharding`, from the same host value in every process
     (each process fills only the shards its devices hold)."""
@@ -63,11 +74,34 @@ def place(host: np.ndarray, sharding: Any) -> jax.Array:
 
 def gather(array: jax.Array) -> np.ndarray:
     """The whole value of a global array that spans other processes' devices, on the
-    host (from every process's shards), in an array of the caller's own."""
+    host (from every process's shards), in an array of the caller's own. An array laid
+    out by XLA's sharding (a program over meshes of several device orders) is gathered by
+    a program for XLA's GSPMD partitioner: Shardy, jax's default, cannot name its layout."""
     from jax.experimental import multihost_utils
 
-    host = np.asarray(multihost_utils.process_allgather(array, tiled=True))
+    partitioner = (jax_config.use_shardy_partitioner(False)
+                   if type(array.sharding) is GSPMDSharding else contextlib.nullcontext())
+    with partitioner:
+        host = np.asarray(multihost_utils.process_allgather(array, tiled=True))
     return host if host.flags.writeable else host.copy()
+
+
+def put(array: jax.Array, sharding: Any) -> jax.Array:
+    """`array` laid out as `sharding` (`jax.device_put`), also when it is laid out by XLA's
+    sharding over other processes' devices too (an output of a program over meshes of
+    several device orders): `jax.device_put` moves such an array only from a mesh's
+    layout, so it is renumbered in `sharding`'s device order (no copy) and moved by a
+    program for XLA's GSPMD partitioner, the one that reads its layout."""
+    if type(array.sharding) is not GSPMDSharding or array.is_fully_addressable:
+        return jax.device_put(array, sharding)
+    with jax_config.use_shardy_partitioner(False):
+        return _moved(sharding)(in_order(array, order(sharding)))
+
+
+@functools.lru_cache(maxsize=64)
+def _moved(sharding: Any) -> Any:
+    """A program that lays its input out as `sharding` (XLA's partitioner moves the data)."""
+    return jax.jit(lambda x: x, out_shardings=sharding)
 
 
 def on_devices(arrays: Sequence[jax.Array], devices: tuple) -> list[jax.Array]:
