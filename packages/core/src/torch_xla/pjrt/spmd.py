@@ -116,6 +116,7 @@ def on_devices(arrays: Sequence[jax.Array], devices: tuple) -> list[jax.Array]:
     meshes: dict[int, Any] = {}  # the sharded inputs' meshes
     layouts: dict[int, Any] = {}  # one sharding per mesh, and XLA's shardings: their orders
     named = True  # no input laid out by XLA's sharding (whose programs name no mesh)
+    last = None  # the mesh of the input before: most inputs share one (a dict op less)
     for k, array in enumerate(out):
         sharding = array.sharding
         kind = type(sharding)
@@ -126,7 +127,9 @@ def on_devices(arrays: Sequence[jax.Array], devices: tuple) -> list[jax.Array]:
             sharding, kind = array.sharding, NamedSharding
         if kind is NamedSharding:
             mesh = sharding.mesh
-            layouts.setdefault(id(mesh), sharding)
+            if mesh is not last:
+                layouts.setdefault(id(mesh), sharding)
+                last = mesh
             if not _whole(sharding):
                 meshes.setdefault(id(mesh), mesh)
         else:
@@ -138,8 +141,13 @@ def on_devices(arrays: Sequence[jax.Array], devices: tuple) -> list[jax.Array]:
             sharding = array.sharding
             if type(sharding) is NamedSharding and sharding.mesh is not mesh and _whole(sharding):
                 out[k] = jax.device_put(array, NamedSharding(mesh, PartitionSpec()))
-    if len({order(s) for s in layouts.values()}) > 1:
-        out = [in_order(array, devices) for array in out]
+    orders = {key: order(sharding) for key, sharding in layouts.items()}
+    if len(set(orders.values())) > 1:
+        for k, array in enumerate(out):
+            sharding = array.sharding
+            key = id(sharding.mesh) if type(sharding) is NamedSharding else id(sharding)
+            if orders[key] != devices:
+                out[k] = in_order(array, devices)
     return out
 
 
@@ -201,6 +209,7 @@ def gspmd_layouts(devices: tuple | None) -> Iterator[None]:
         _gspmd.on, _gspmd.devices = False, None
 
 
+@functools.lru_cache(maxsize=256)
 def as_gspmd(sharding: Any, ndim: int, devices: tuple | None = None) -> GSPMDSharding:
     """`sharding` of an array of `ndim` dims as XLA's sharding over the same devices,
     numbered in the order of `devices` (by default its own): each device gets the same
