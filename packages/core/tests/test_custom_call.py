@@ -10,11 +10,13 @@ computation in eager PyTorch on the CPU."""
 from __future__ import annotations
 
 import ctypes
+import pathlib
 
 import jax
 import numpy as np
 import pytest
 import torch
+from conftest import run_spmd
 
 import torch_xla
 import torch_xla.core.xla_model as xm
@@ -216,3 +218,46 @@ def test_an_allowed_op_with_several_outputs_returns_a_tuple_as_upstream():
 def test_an_allowed_op_with_an_argument_that_is_not_a_tensor_is_refused():
     with pytest.raises(ValueError, match="not tensors"):
         _exported_text(lambda x: _OPS.times(x, 3), torch.randn(2))
+
+
+def test_a_kernel_called_in_an_spmd_program_sees_whole_operands_and_its_output_is_laid_out():
+    """In SPMD mode the partitioner gives a custom call it knows nothing of whole operands
+    (a sharded input is gathered first); its outputs then take the layouts marked on
+    them. Values equal eager, each device holding its tile. Inside a manual region the
+    kernel runs on each device's tile instead."""
+    out = run_spmd(f"""
+import sys
+sys.path.insert(0, {str(pathlib.Path(__file__).parent)!r})
+import numpy as np, torch, torch_xla
+import torch_xla.runtime as xr, torch_xla.distributed.spmd as xs
+from test_custom_call import SHAPE, _axpy_rowsum_call
+xr.use_spmd()
+mesh = xs.Mesh(np.arange(4), (2, 2), ("a", "b"))
+torch.manual_seed(0)
+x, y = torch.randn(SHAPE), torch.randn(SHAPE)
+xx, yy = x.to("xla"), y.to("xla")
+xs.mark_sharding(xx, mesh, ("a", None))
+out, sums = _axpy_rowsum_call(torch.tanh(xx), yy * 2)
+xs.mark_sharding(out, mesh, ("a", None))
+out = out + 1
+torch_xla.sync()
+expected = 2.5 * torch.tanh(x) + y * 2
+torch.testing.assert_close(out.cpu(), expected + 1)
+torch.testing.assert_close(sums.cpu(), expected.sum(dim=1))
+assert torch_xla._XLAC._get_xla_sharding_spec(out) == (
+    "{{devices=[2,1,2]0,1,2,3 last_tile_dim_replicate}}")
+assert [tuple(s.data.shape) for s in xs.XLAShardedTensor(out).local_shards] == [(1, 3)] * 4
+# In a manual region each device calls the kernel on its own tile: (4, 3) split in 2.
+x, y = torch.randn(4, 3), torch.randn(4, 3)
+xx, yy = x.to("xla"), y.to("xla")
+xs.mark_sharding(xx, mesh, ("a", None)); xs.mark_sharding(yy, mesh, ("a", None))
+tiles = [xs.enable_manual_sharding(t, ("a", None), mesh=mesh).global_tensor for t in (xx, yy)]
+assert tiles[0].shape == SHAPE
+out, sums = _axpy_rowsum_call(*tiles)
+out = xs.disable_manual_sharding(out, ("a", None), (4, 3), mesh=mesh).global_tensor
+sums = xs.disable_manual_sharding(sums, ("a",), (4,), mesh=mesh).global_tensor
+torch.testing.assert_close(out.cpu(), 2.5 * x + y)
+torch.testing.assert_close(sums.cpu(), (2.5 * x + y).sum(dim=1))
+print("ok")
+""")
+    assert out.strip().endswith("ok"), out
