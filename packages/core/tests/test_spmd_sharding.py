@@ -869,10 +869,12 @@ xm.save({"state": net.state_dict(), "pending": net[2].weight * 3}, SAVE)
 import torch_xla.utils.serialization as xser
 xser.save(net.state_dict(), SAVE + ".x")  # one tensor at a time
 weights = [p.cpu().tolist() for p in net.parameters()]
+summed = xm.do_on_ordinals(lambda w: w.sum().item(), (net[2].weight * 1,), (0,))
 xs.clear_sharding(net[2].weight)  # laid out anew over both hosts' devices
 print(json.dumps({"process": xr.process_index(), "processes": xr.process_count(),
                   "devices": n, "local": xr.addressable_runtime_device_count(), "held": held,
-                  "loss": loss.item(), "weights": weights, "cleared": net[2].weight.tolist()}))
+                  "loss": loss.item(), "weights": weights, "cleared": net[2].weight.tolist(),
+                  "summed": summed}))
 """
 
 
@@ -890,6 +892,7 @@ def test_two_hosts_form_one_mesh_and_train_as_one_host(reordered, tmp_path):
     assert single.returncode == 0, single.stderr
     alone = json.loads(single.stdout.strip().splitlines()[-1])
     assert alone["cleared"] == alone["weights"][2]
+    assert abs(alone["summed"] - np.sum(alone["weights"][2])) <= 1e-4
     code = code.replace("one.pt", "two.pt") + MULTIHOST
     port = get_free_tcp_ports()[0]
     base = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
@@ -911,6 +914,8 @@ def test_two_hosts_form_one_mesh_and_train_as_one_host(reordered, tmp_path):
         for mine, theirs in zip(h["weights"], alone["weights"], strict=True):
             assert np.allclose(mine, theirs, atol=1e-6)
         assert h["cleared"] == h["weights"][2]
+    # The callback ran on ordinal 0 only, reading tiles of both hosts.
+    assert abs(hosts[0]["summed"] - alone["summed"]) <= 1e-5 and hosts[1]["summed"] is None
     import torch
 
     saved = torch.load(tmp_path / "two.pt")
