@@ -839,6 +839,24 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
 
 
+def two_hosts(code: str, env: dict[str, str] | None = None) -> list[str]:
+    """The stdouts of `code` run as 2 processes x 2 CPU devices, one job over loopback
+    (jax's distributed runtime, started with torchrun's variables); both must succeed."""
+    port = get_free_tcp_ports()[0]
+    base = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
+    procs = [subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**base, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4",
+             "CPU_DEVICES_PER_PROCESS": "2", "RANK": str(r), "WORLD_SIZE": "2",
+             "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2",
+             "XLA_COORDINATOR_ADDRESS": f"localhost:{port}", **(env or {})})
+        for r in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+    return [out for out, _ in outs]
+
+
 MULTIHOST = """
 import numpy as np, torch, torch_xla, torch_xla.runtime as xr
 import torch_xla.distributed.spmd as xs
@@ -893,19 +911,8 @@ def test_two_hosts_form_one_mesh_and_train_as_one_host(reordered, tmp_path):
     alone = json.loads(single.stdout.strip().splitlines()[-1])
     assert alone["cleared"] == alone["weights"][2]
     assert abs(alone["summed"] - np.sum(alone["weights"][2])) <= 1e-4
-    code = code.replace("one.pt", "two.pt") + MULTIHOST
-    port = get_free_tcp_ports()[0]
-    base = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
-    procs = [subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**base, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4",
-             "CPU_DEVICES_PER_PROCESS": "2", "RANK": str(r), "WORLD_SIZE": "2",
-             "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2",
-             "XLA_COORDINATOR_ADDRESS": f"localhost:{port}"}) for r in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    for p, (_, err) in zip(procs, outs, strict=True):
-        assert p.returncode == 0, err
-    hosts = [json.loads(out.strip().splitlines()[-1]) for out, _ in outs]
+    outs = two_hosts(code.replace("one.pt", "two.pt") + MULTIHOST)
+    hosts = [json.loads(out.strip().splitlines()[-1]) for out in outs]
     assert [h["process"] for h in hosts] == [0, 1]
     for h in hosts:
         assert (h["processes"], h["devices"], h["local"]) == (2, 4, 2)
@@ -927,6 +934,36 @@ def test_two_hosts_form_one_mesh_and_train_as_one_host(reordered, tmp_path):
     saved = serialization.load(str(tmp_path / "two.pt.x"))
     for (name, tensor), theirs in zip(saved.items(), alone["weights"], strict=True):
         assert np.allclose(tensor, theirs, atol=1e-6), name
+
+
+def test_a_read_of_a_tensor_over_both_hosts_by_one_process_alone_says_so_instead_of_hanging():
+    """Reading a tensor whose tiles lie on both hosts is a collective: when only process 0
+    reads it, it gives up after TORCH_XLA_COLLECTIVE_TIMEOUT with an error naming the
+    process that did not come and what to do; the other process is not held."""
+    outs = two_hosts("""
+import numpy as np, torch, torch_xla, torch_xla.runtime as xr
+import torch_xla.distributed.spmd as xs
+from torch_xla.pjrt.distributed import PeerTimeoutError
+xr.use_spmd()
+t = torch.arange(16.).to("xla")
+xs.mark_sharding(t, xs.Mesh(np.arange(4), (4,)), (0,))
+assert t.sum().item() == 120  # read by both: fine
+if xr.process_index() == 0:
+    try:
+        t.cpu()
+    except PeerTimeoutError as error:
+        print("error:", error)
+print("done")
+""", env={"TORCH_XLA_COLLECTIVE_TIMEOUT": "5"})
+    # (gloo, jax's CPU collectives, prints its connections to stdout too)
+    first, second = ([line for line in out.splitlines() if line.startswith(("error:", "done"))]
+                     for out in outs)
+    assert second == ["done"], second
+    assert len(first) == 2 and first[0].startswith("error: Process 0 waited"), first
+    for words in ("a read of a tensor sharded over several processes' devices",
+                  "process(es) [1] did not arrive within 5 s",
+                  "outside `if xr.process_index() == 0:`"):
+        assert words in first[0], (words, first[0])
 
 
 def test_experimental_xla_sharding_is_the_spmd_api_under_its_old_name():

@@ -8,8 +8,9 @@ service, hosted by process 0), so the client sees every device of the job and
 collectives can span processes.
 
 Processes also meet through the coordinator (`barrier`, `exchange`): at a
-rendezvous, at the check that they compile the same replicated program, and
-before each step with collectives. Each meeting waits at most
+rendezvous, at the check that they compile the same replicated program, before
+each step with collectives, and before reading a tensor sharded over several
+processes (SPMD). Each meeting waits at most
 `TORCH_XLA_COLLECTIVE_TIMEOUT` seconds, then raises `PeerTimeoutError` naming
 the processes that did not arrive, instead of hanging.
 """

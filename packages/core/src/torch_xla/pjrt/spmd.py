@@ -79,11 +79,20 @@ def gather(array: jax.Array) -> np.ndarray:
     a program for XLA's GSPMD partitioner: Shardy, jax's default, cannot name its layout."""
     from jax.experimental import multihost_utils
 
+    # The tiles come by a collective every process must join: meet first, so that a read
+    # made by one process alone fails after the collective timeout, naming the others.
+    distributed.barrier("spmd/read", what=_READ)
     partitioner = (jax_config.use_shardy_partitioner(False)
                    if type(array.sharding) is GSPMDSharding else contextlib.nullcontext())
     with partitioner:
         host = np.asarray(multihost_utils.process_allgather(array, tiled=True))
     return host if host.flags.writeable else host.copy()
+
+
+_READ = (
+    "a read of a tensor sharded over several processes' devices (a collective: every "
+    "process must read the same tensors in the same order, e.g. `t.cpu()`, `t.item()` or "
+    "`print(t)` outside `if xr.process_index() == 0:`)")
 
 
 def put(array: jax.Array, sharding: Any) -> jax.Array:
