@@ -16,8 +16,10 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from conftest import run_python
 
+from torch_xla.utils import serialization
 from torch_xla.utils.utils import get_free_tcp_ports
 
 EXPECT_ERROR = """
@@ -923,47 +925,75 @@ def test_two_hosts_form_one_mesh_and_train_as_one_host(reordered, tmp_path):
         assert h["cleared"] == h["weights"][2]
     # The callback ran on ordinal 0 only, reading tiles of both hosts.
     assert abs(hosts[0]["summed"] - alone["summed"]) <= 1e-5 and hosts[1]["summed"] is None
-    import torch
-
     saved = torch.load(tmp_path / "two.pt")
     for (name, tensor), theirs in zip(saved["state"].items(), alone["weights"], strict=True):
         assert tensor.device.type == "cpu" and np.allclose(tensor, theirs, atol=1e-6), name
     assert np.allclose(saved["pending"], np.array(alone["weights"][2]) * 3, atol=1e-5)
-    from torch_xla.utils import serialization
-
     saved = serialization.load(str(tmp_path / "two.pt.x"))
     for (name, tensor), theirs in zip(saved.items(), alone["weights"], strict=True):
         assert np.allclose(tensor, theirs, atol=1e-6), name
 
 
-def test_a_read_of_a_tensor_over_both_hosts_by_one_process_alone_says_so_instead_of_hanging():
-    """Reading a tensor whose tiles lie on both hosts is a collective: when only process 0
-    reads it, it gives up after TORCH_XLA_COLLECTIVE_TIMEOUT with an error naming the
-    process that did not come and what to do; the other process is not held."""
-    outs = two_hosts("""
-import numpy as np, torch, torch_xla, torch_xla.runtime as xr
+def test_reads_over_two_hosts_meet_only_for_tiles_held_elsewhere_and_a_lonely_one_errs(
+        tmp_path):
+    """Reading a tensor whose tiles lie on both hosts is a collective, and so is running a
+    pending computation (one program over both hosts' devices). On 2 processes:
+    - `xm.save` by the master: the other process joins only the reads of tensors whose
+      tiles lie on both hosts (its share of what is read is just those bytes), not a
+      full copy of what the master saves; tied tensors are read once on both;
+    - a replicated value reads from a local device: one process may read it alone;
+    - when only process 0 reads a sharded tensor, or a pending one, it gives up after
+      TORCH_XLA_COLLECTIVE_TIMEOUT with an error naming the process that did not come
+      and what to do, having launched nothing (it exits cleanly); the other is not held."""
+    path = str(tmp_path / "saved.pt")
+    outs = two_hosts(f"""
+import json, numpy as np, torch, torch_xla, torch_xla.runtime as xr
+import torch_xla.core.xla_model as xm, torch_xla.debug.metrics as met
 import torch_xla.distributed.spmd as xs
 from torch_xla.pjrt.distributed import PeerTimeoutError
 xr.use_spmd()
-t = torch.arange(16.).to("xla")
+t = torch.arange(1024.).to("xla")
 xs.mark_sharding(t, xs.Mesh(np.arange(4), (4,)), (0,))
-assert t.sum().item() == 120  # read by both: fine
+ones = torch.ones(1024).to("xla")
+def inbound():
+    data = met.metric_data("InboundData")
+    return 0 if data is None else data[1]
+before = inbound()
+xm.save({{"sharded": t, "ones": ones, "tied": t, "pending": t * 2}}, {path!r})
+print("read:", int(inbound() - before))
+total = t.sum()
+torch_xla.sync()
 if xr.process_index() == 0:
-    try:
-        t.cpu()
-    except PeerTimeoutError as error:
-        print("error:", error)
+    print("alone:", total.item())  # replicated: read from a local device
+    for read in (t.cpu, (t * 3).sum().item):
+        try:
+            read()
+        except PeerTimeoutError as error:
+            print("error:", error)
 print("done")
 """, env={"TORCH_XLA_COLLECTIVE_TIMEOUT": "5"})
     # (gloo, jax's CPU collectives, prints its connections to stdout too)
-    first, second = ([line for line in out.splitlines() if line.startswith(("error:", "done"))]
+    first, second = ([line for line in out.splitlines()
+                      if line.startswith(("read:", "alone:", "error:", "done"))]
                      for out in outs)
-    assert second == ["done"], second
-    assert len(first) == 2 and first[0].startswith("error: Process 0 waited"), first
-    for words in ("a read of a tensor sharded over several processes' devices",
-                  "process(es) [1] did not arrive within 5 s",
-                  "outside `if xr.process_index() == 0:`"):
-        assert words in first[0], (words, first[0])
+    # The master reads the sharded, the replicated and the pending tensor (4 KiB each);
+    # the other process only the two whose tiles lie on both hosts.
+    assert first[0] == "read: 12288" and second == ["read: 8192", "done"], (first, second)
+    assert first[1] == "alone: 523776.0" and first[4] == "done", first
+    sharded, pending = first[2], first[3]
+    for error, words in [(sharded, "a read of a tensor sharded over several processes' "
+                                   "devices"),
+                         (pending, "a read of a pending tensor, whose computation is one "
+                                   "program over every process's devices")]:
+        for expected in ("error: Process 0 waited", words,
+                         "process(es) [1] did not arrive within 5 s",
+                         "outside `if xr.process_index() == 0:`"):
+            assert expected in error, (expected, error)
+    saved = torch.load(path)
+    want = torch.arange(1024.)
+    assert torch.equal(saved["sharded"], want) and torch.equal(saved["ones"], torch.ones(1024))
+    assert torch.equal(saved["pending"], want * 2)
+    assert saved["tied"].data_ptr() == saved["sharded"].data_ptr()  # one copy, as torch's
 
 
 def test_experimental_xla_sharding_is_the_spmd_api_under_its_old_name():

@@ -715,7 +715,7 @@ def _to_cpu(data: Any) -> Any:
         if t.device.type != "xla":
             return t
         inner = functional.unwrap(t)
-        key = (id(inner._node), inner._index)
+        key = graph.value_key(inner)
         if key not in copies:
             copies[key] = (inner._node, t.detach().to("cpu"))
         return copies[key][1]
@@ -732,6 +732,16 @@ def _maybe_convert_to_cpu(data: Any, convert: bool = True) -> Any:
     return _to_cpu(data) if convert else data
 
 
+def _join_reads(data: Any) -> None:
+    """On a process that does not use `data`'s values while another moves them to the
+    CPU (`_maybe_convert_to_cpu`): in SPMD over several processes, join that process's
+    collectives (computing what is pending, reading the tensors whose tiles lie on
+    several processes). Otherwise nothing."""
+    if spmd.reads_are_collective():
+        graph.compute_pending(data)
+        graph.join_reads(data, distinct=True)
+
+
 def save(
     data: Any, file_or_path: str | os.PathLike | IO[bytes], master_only: bool = True,
     global_master: bool = False,
@@ -744,8 +754,10 @@ def save(
     processes every process reads the values (tiles come by collectives), one writes.
     """
     writer = not master_only or is_master_ordinal(local=not global_master)
-    if writer or spmd.reads_are_collective():
+    if writer:
         cpu_data = _maybe_convert_to_cpu(data)  # pending tensors computed in one graph
+    else:
+        _join_reads(data)
     if writer:
         if isinstance(file_or_path, (str, os.PathLike)):
             with atomic_open(file_or_path) as f:
@@ -772,10 +784,10 @@ def do_on_ordinals(target: Callable[..., Any], data: tuple = (),
     replica meets. Returns `target`'s result where it ran, else None."""
     running = xr.global_ordinal() in ordinals
     result = None
-    if running or spmd.reads_are_collective():  # every process reads, as `save` does
-        data = _maybe_convert_to_cpu(data)
     if running:
-        result = target(*data)
+        result = target(*_maybe_convert_to_cpu(data))
+    else:
+        _join_reads(data)
     rendezvous("torch_xla.core.xla_model.do_on_ordinals")
     return result
 

@@ -212,9 +212,14 @@ def materialize(tensors: list[XLATensor]) -> None:
     A read would otherwise leave those tensors on IR that the next read or step computes
     again from the start: L-BFGS, which reads a value on the host several times per
     iteration, would compile ever longer graphs (each holding every iteration before it),
-    and a forward read before its backward would run twice."""
+    and a forward read before its backward would run twice.
+
+    With SPMD over several processes the graph runs on every process's devices: the
+    processes meet first, so that one reading alone gets an error, not a hang."""
     roots = [t for t in tensors if t._node.rule is not None]
     if roots:
+        if spmd.reads_are_collective():
+            spmd.meet_to_run()
         sync(roots + _computed_on_the_way(roots))
 
 
@@ -238,6 +243,30 @@ def _computed_on_the_way(roots: list[XLATensor]) -> list[XLATensor]:
             found += others.pop(key)
         stack.extend(n for n, _ in node.inputs if n.rule is not None)
     return found
+
+
+def join_reads(data: Any, distinct: bool = False) -> None:
+    """On a process that does not use the values: take part, in order, in the reads of
+    `data`'s XLA tensors (any nesting, computed) that are collectives, as another process
+    reads them all (`xm.save` by the master in SPMD over several processes). Each value
+    read is dropped at once; tensors this process could read alone are not read.
+    `distinct`: read a value once however many of `data`'s tensors alias it (`value_key`),
+    as `xm.save` does."""
+    seen: set[tuple[int, int]] = set()
+    for t in tree_leaves(data):
+        if isinstance(t, torch.Tensor) and t.device.type == "xla":
+            inner = functional.unwrap(t)
+            if distinct:
+                if value_key(inner) in seen:
+                    continue
+                seen.add(value_key(inner))
+            if spmd.read_is_collective(inner._node.array):
+                to_cpu(inner)
+
+
+def value_key(t: XLATensor) -> tuple[int, int]:
+    """What identifies the device value `t` reads: two tensors with one key alias it."""
+    return id(t._node), t._index
 
 
 def to_cpu(t: XLATensor) -> torch.Tensor:

@@ -48,7 +48,8 @@ TRACE_EXECUTE = "PjRtComputationClient::ExecuteComputation"
 
 
 def host_copy(array: jax.Array, fetch_copies: bool) -> np.ndarray:
-    """The value of a fully addressable `array` in a NumPy array of the caller's own.
+    """The value of a fully addressable or fully replicated `array` in a NumPy array of
+    the caller's own.
 
     `fetch_copies`: the platform's fetch copies device memory to the host (every
     platform but the CPU, whose fetch aliases it). jax keeps such a copy on the array it
@@ -58,9 +59,11 @@ def host_copy(array: jax.Array, fetch_copies: bool) -> np.ndarray:
     them in host memory until the next step replaced them (seen on an H200: 64 MB kept
     per 64 MB tensor read). There each shard is fetched through a fresh array over the
     same device buffer (no device copy), which takes the cached copy with it; the fresh
-    array costs about 25 us, so the CPU fetches directly."""
+    array costs about 25 us, so the CPU fetches directly. A fully replicated `array` that
+    spans other processes' devices too reads from one of this process's devices."""
     if array.is_fully_replicated:
-        single = _fresh(array.addressable_shards[0]) if fetch_copies else array
+        single = (_fresh(array.addressable_shards[0])
+                  if fetch_copies or not array.is_fully_addressable else array)
         return _owned(*_fetch(single))
     host = np.empty(array.shape, array.dtype)
     for shard in array.addressable_shards:
@@ -226,8 +229,8 @@ class Client:
         if not array.sharding.is_fully_replicated:
             _REPLICATE_SHARDED.inc()  # its tiles are gathered into one value first
         with TraceAnnotation(TRACE_TRANSFER_FROM_DEVICE):
-            host = (host_copy(array, self.platform != "cpu") if array.is_fully_addressable
-                    else spmd.gather(array))
+            host = (spmd.gather(array) if spmd.read_is_collective(array)
+                    else host_copy(array, self.platform != "cpu"))
         _FROM_DEVICE_TIME.add(time.perf_counter() - start)
         _INBOUND.add(host.nbytes)
         return host

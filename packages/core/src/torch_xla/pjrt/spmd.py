@@ -66,6 +66,21 @@ def reads_are_collective() -> bool:
     return _on and distributed.process_count() > 1
 
 
+def read_is_collective(array: jax.Array) -> bool:
+    """Whether reading `array` to the host needs tiles only other processes hold: its
+    read is then a collective every process must join (`gather`). A replicated array
+    reads from a device of this process's own."""
+    return not (array.is_fully_addressable or array.is_fully_replicated)
+
+
+def meet_to_run() -> None:
+    """Meet every process before a read runs its pending computation: with SPMD over
+    several processes that program runs on all of their devices, so a read made by one
+    process alone would launch it there and wait forever (jax aborts the process at exit).
+    Raises `PeerTimeoutError` after the collective timeout, naming the missing processes."""
+    distributed.barrier("spmd/run", what=_RUN)
+
+
 def place(host: np.ndarray, sharding: Any) -> jax.Array:
     """A global array laid out as `sharding`, from the same host value in every process
     (each process fills only the shards its devices hold)."""
@@ -89,10 +104,12 @@ def gather(array: jax.Array) -> np.ndarray:
     return host if host.flags.writeable else host.copy()
 
 
-_READ = (
-    "a read of a tensor sharded over several processes' devices (a collective: every "
-    "process must read the same tensors in the same order, e.g. `t.cpu()`, `t.item()` or "
-    "`print(t)` outside `if xr.process_index() == 0:`)")
+_ALL_READ = ("every process must read the same tensors in the same order, e.g. "
+             "`t.cpu()`, `t.item()` or `print(t)` outside `if xr.process_index() == 0:`")
+_READ = ("a read of a tensor sharded over several processes' devices (a collective: "
+         f"{_ALL_READ})")
+_RUN = ("a read of a pending tensor, whose computation is one program over every "
+        f"process's devices ({_ALL_READ})")
 
 
 def put(array: jax.Array, sharding: Any) -> jax.Array:

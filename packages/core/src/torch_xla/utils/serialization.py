@@ -20,7 +20,7 @@ import torch
 from torch.utils._pytree import tree_map_only
 
 from torch_xla._atomic import atomic_open, error_naming
-from torch_xla.lazy.graph import compute_pending
+from torch_xla.lazy.graph import compute_pending, join_reads
 from torch_xla.pjrt import spmd
 
 _FORMAT = "torch_xla.serialization/1"
@@ -41,14 +41,10 @@ def save(data: Any, path: str, master_only: bool = True, global_master: bool = F
 
     if not master_only or xm.is_master_ordinal(local=not global_master):
         _write(data, os.fspath(path))
-    elif spmd.reads_are_collective():  # take part in the writer's reads, one at a time
+    elif spmd.reads_are_collective():  # join the writer's collectives, one at a time
         compute_pending(data)
-        tree_map_only(torch.Tensor, _read, data)
+        join_reads(data)
     xm.rendezvous("torch_xla.utils.serialization.save")
-
-
-def _read(tensor: torch.Tensor) -> None:
-    tensor.detach().to("cpu")
 
 
 def _write(data: Any, path: str) -> None:
