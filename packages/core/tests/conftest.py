@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import subprocess
+import sys
+import tempfile
 import textwrap
+import time
 
 import forked_python
 import pytest
@@ -11,6 +17,7 @@ import torch
 
 import torch_xla
 from torch_xla.plugins import registry
+from torch_xla.utils.utils import get_free_tcp_ports
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -53,6 +60,51 @@ def run_spmd(code: str, devices: int = 4) -> str:
                       timeout=300)
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
+
+
+def two_hosts(code: str, env: dict[str, str] | None = None, timeout: float = 300
+              ) -> list[str]:
+    """The stdouts of `code` run as 2 processes x 2 CPU devices, one job over loopback
+    (jax's distributed runtime, started with torchrun's variables, MASTER_PORT a free
+    port of its own); both must succeed. Past `timeout` both are stopped and the failure
+    shows where each stood (faulthandler's stacks). Output goes to files, not pipes: a
+    process blocked on a full pipe would hold the other at jax's exit barrier."""
+    port, store_port = get_free_tcp_ports(2)
+    base = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
+    with contextlib.ExitStack() as files:
+        streams = [[files.enter_context(tempfile.TemporaryFile("w+")) for _ in range(2)]
+                   for _ in range(2)]
+        procs = [subprocess.Popen(
+            [sys.executable, "-c", code], stdout=out, stderr=err, text=True,
+            env={**base, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4",
+                 "CPU_DEVICES_PER_PROCESS": "2", "RANK": str(r), "WORLD_SIZE": "2",
+                 "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2",
+                 "XLA_COORDINATOR_ADDRESS": f"localhost:{port}", "MASTER_ADDR": "localhost",
+                 "MASTER_PORT": str(store_port), "PYTHONFAULTHANDLER": "1", **(env or {})})
+            for r, (out, err) in enumerate(streams)]
+        deadline = time.monotonic() + timeout
+        late = False
+        for p in procs:
+            try:
+                p.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                late = True
+        if late:
+            for p in procs:
+                p.send_signal(signal.SIGABRT)  # faulthandler prints every thread's stack
+                p.wait()
+        texts = []
+        for out, err in streams:
+            out.seek(0)
+            err.seek(0)
+            texts.append((out.read(), err.read()))
+    if late:
+        raise AssertionError(f"the 2 processes did not finish within {timeout} s:\n"
+                             + "\n".join(f"--- process {r}:\n{err[-6000:]}"
+                                          for r, (_, err) in enumerate(texts)))
+    for p, (_, err) in zip(procs, texts, strict=True):
+        assert p.returncode == 0, err
+    return [out for out, _ in texts]
 
 
 def small_mlp() -> torch.nn.Module:

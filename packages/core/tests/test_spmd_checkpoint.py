@@ -10,7 +10,10 @@ another order); a reload must give the saved values exactly.
 
 from __future__ import annotations
 
+import json
+
 import conftest
+import numpy as np
 
 PRELUDE = """
 import tempfile
@@ -415,3 +418,99 @@ assert torch.equal(target.cpu(), b) and spec(target) == "{replicated}", spec(tar
 print("ok")
 """)
     assert "ok" in out, out
+
+
+TWO_HOSTS_FSDP = """
+import json, os, sys
+import numpy as np, torch, torch_xla, torch_xla.runtime as xr
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.parallel_loader as pl
+import torch_xla.distributed.spmd as xs
+import torch_xla.distributed.xla_backend  # registers xla://
+from torch_xla.experimental.distributed_checkpoint import (
+    CheckpointManager, SPMDLoadPlanner, SPMDSavePlanner)
+from torch_xla.experimental.spmd_fully_sharded_data_parallel import (
+    SpmdFullyShardedDataParallel as FSDPv2)
+PATH = sys.argv[1]
+xr.use_spmd()
+n = xr.global_runtime_device_count()
+mesh = xs.Mesh(np.arange(n), (n, 1), ("fsdp", "model"))
+xs.set_global_mesh(mesh)
+dev = torch_xla.device()
+def mlp(seed):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(16, 64), torch.nn.GELU(), torch.nn.Linear(64, 8))
+model = FSDPv2(mlp(1).to(dev))
+opt = torch.optim.AdamW(model.parameters(), lr=0.01)
+torch.manual_seed(0)
+data = [(torch.randn(16, 16), torch.randn(16, 8)) for _ in range(3)]
+losses = []
+for x, y in pl.MpDeviceLoader(data, dev, input_sharding=xs.ShardingSpec(mesh, ("fsdp", None))):
+    opt.zero_grad()
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    xm.optimizer_step(opt)
+    losses.append(loss.item())
+errors = []
+if xr.process_count() > 1:  # no process group yet: refused, nothing written
+    for attempt in (lambda: dcp.save({"model": model.state_dict()},
+                                     storage_writer=dcp.FileSystemWriter(PATH + "/none"),
+                                     planner=SPMDSavePlanner()),
+                    lambda: CheckpointManager(PATH + "/none_mgr", 1)):
+        try:
+            attempt()
+        except BaseException as error:  # dcp's CheckpointException is a BaseException
+            errors.append(str(error))
+dist.init_process_group("gloo", init_method="xla://")
+dcp.save({"model": model.module.state_dict()}, storage_writer=dcp.FileSystemWriter(PATH + "/ck"),
+         planner=SPMDSavePlanner())
+# Reload onto another mesh: the devices in another order, the weights sharded on columns.
+other = xs.Mesh(np.array([3, 1, 2, 0]), (n,), ("all",))
+fresh = mlp(5).to(dev)
+for layer in (fresh[0], fresh[2]):
+    xs.mark_sharding(layer.weight, other, (None, "all"))
+state = {"model": fresh.state_dict()}
+dcp.load(state, storage_reader=dcp.FileSystemReader(PATH + "/ck"), planner=SPMDLoadPlanner())
+fresh.load_state_dict(state["model"])
+manager = CheckpointManager(PATH + "/mgr", save_interval=1)
+assert manager.save(3, {"model": model.module.state_dict()})
+restored = {"model": mlp(7).to(dev).state_dict()}
+manager.restore(3, restored)
+print(json.dumps({
+    "rank": [dist.get_rank(), dist.get_world_size(), xr.process_index()], "losses": losses,
+    "errors": errors, "trained": [p.cpu().tolist() for p in model.parameters()],
+    "reloaded": [p.cpu().tolist() for p in fresh.parameters()],
+    "restored": [t.cpu().tolist() for t in restored["model"].values()],
+    "held": [tuple(s.data.shape) for s in xs.XLAShardedTensor(fresh[0].weight).local_shards],
+    "none": os.path.exists(PATH + "/none/.metadata")}))
+"""
+
+
+def test_two_hosts_train_fsdpv2_and_checkpoint_over_their_process_group(tmp_path):
+    """2 processes x 2 CPU devices train an FSDPv2 MLP from a loader that shards each
+    batch, as 1 process with 4 devices does (same losses); with the `xla://` process
+    group (one rank per process in SPMD mode) `torch.distributed.checkpoint` saves the
+    sharded weights and reloads them onto another mesh, and `CheckpointManager` saves and
+    restores. Without a process group both refuse to checkpoint, naming the fix (each
+    process would write the checkpoint as if alone, over the other's files)."""
+    code = TWO_HOSTS_FSDP.replace("PATH = sys.argv[1]", f"PATH = {str(tmp_path / 'one')!r}")
+    alone = json.loads(conftest.run_spmd(code).strip().splitlines()[-1])
+    assert alone["rank"] == [0, 1, 0] and alone["errors"] == []
+    code = TWO_HOSTS_FSDP.replace("PATH = sys.argv[1]", f"PATH = {str(tmp_path / 'two')!r}")
+    hosts = [json.loads(out.strip().splitlines()[-1]) for out in conftest.two_hosts(code)]
+    for process, host in enumerate(hosts):
+        assert host["rank"] == [process, 2, process]
+        assert np.allclose(host["losses"], alone["losses"], atol=1e-6), (host, alone)
+        for mine, theirs in zip(host["trained"], alone["trained"], strict=True):
+            assert np.allclose(mine, theirs, atol=1e-6)
+        # A reload gives the saved values exactly, on the other mesh too.
+        assert host["reloaded"] == host["trained"] and host["restored"] == host["trained"]
+        assert host["held"] == [[64, 4], [64, 4]]  # (64, 16) over 4 devices, by columns
+        assert len(host["errors"]) == 2 and not host["none"]
+        for error, what in zip(host["errors"], ("SPMDSavePlanner", "CheckpointManager"),
+                               strict=True):
+            for words in (f"{what}: this job runs 2 processes, but torch.distributed has no "
+                          "process group", "init_method='xla://'"):
+                assert words in error, (words, error)

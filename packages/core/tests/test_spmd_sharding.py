@@ -10,17 +10,15 @@ Numerics reference: the same model trained in eager PyTorch on the CPU; toleranc
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 
+import conftest
 import numpy as np
 import pytest
 import torch
 from conftest import run_python
 
 from torch_xla.utils import serialization
-from torch_xla.utils.utils import get_free_tcp_ports
 
 EXPECT_ERROR = """
 def expect_error(call, error, *words):
@@ -841,24 +839,6 @@ print("ok")
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stdout + done.stderr
 
 
-def two_hosts(code: str, env: dict[str, str] | None = None) -> list[str]:
-    """The stdouts of `code` run as 2 processes x 2 CPU devices, one job over loopback
-    (jax's distributed runtime, started with torchrun's variables); both must succeed."""
-    port = get_free_tcp_ports()[0]
-    base = {k: v for k, v in os.environ.items() if k != "PJRT_DEVICE"}
-    procs = [subprocess.Popen(
-        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**base, "PJRT_DEVICE": "CPU", "CPU_NUM_DEVICES": "4",
-             "CPU_DEVICES_PER_PROCESS": "2", "RANK": str(r), "WORLD_SIZE": "2",
-             "LOCAL_RANK": str(r), "LOCAL_WORLD_SIZE": "2",
-             "XLA_COORDINATOR_ADDRESS": f"localhost:{port}", **(env or {})})
-        for r in range(2)]
-    outs = [p.communicate(timeout=300) for p in procs]
-    for p, (_, err) in zip(procs, outs, strict=True):
-        assert p.returncode == 0, err
-    return [out for out, _ in outs]
-
-
 MULTIHOST = """
 import numpy as np, torch, torch_xla, torch_xla.runtime as xr
 import torch_xla.distributed.spmd as xs
@@ -913,7 +893,7 @@ def test_two_hosts_form_one_mesh_and_train_as_one_host(reordered, tmp_path):
     alone = json.loads(single.stdout.strip().splitlines()[-1])
     assert alone["cleared"] == alone["weights"][2]
     assert abs(alone["summed"] - np.sum(alone["weights"][2])) <= 1e-4
-    outs = two_hosts(code.replace("one.pt", "two.pt") + MULTIHOST)
+    outs = conftest.two_hosts(code.replace("one.pt", "two.pt") + MULTIHOST)
     hosts = [json.loads(out.strip().splitlines()[-1]) for out in outs]
     assert [h["process"] for h in hosts] == [0, 1]
     for h in hosts:
@@ -946,7 +926,7 @@ def test_reads_over_two_hosts_meet_only_for_tiles_held_elsewhere_and_a_lonely_on
       TORCH_XLA_COLLECTIVE_TIMEOUT with an error naming the process that did not come
       and what to do, having launched nothing (it exits cleanly); the other is not held."""
     path = str(tmp_path / "saved.pt")
-    outs = two_hosts(f"""
+    outs = conftest.two_hosts(f"""
 import json, numpy as np, torch, torch_xla, torch_xla.runtime as xr
 import torch_xla.core.xla_model as xm, torch_xla.debug.metrics as met
 import torch_xla.distributed.spmd as xs

@@ -10,6 +10,9 @@ Rank and world size come from the runtime, so the same line works under every la
   (TORCHELASTIC_USE_AGENT_STORE=True) the process connects to the agent's store;
 - a single process with no launcher: a world of one.
 
+In SPMD mode the ranks are the processes (`xr.process_index()` of `xr.process_count()`),
+not the devices: one program drives every device of a process.
+
 As in PyTorch/XLA, MASTER_ADDR defaults to `localhost` and MASTER_PORT to 12355. The store
 is made once per process and shared by every group built on it.
 """
@@ -64,10 +67,15 @@ def _make_store(timeout: datetime.timedelta) -> Any:
 def pjrt_rendezvous_handler(
     url: str, timeout: datetime.timedelta = dist.default_pg_timeout, **kwargs: Any
 ) -> Iterator[tuple[Any, int, int]]:
-    """Yield (store, rank, world size) for `init_process_group(init_method='xla://')`."""
+    """Yield (store, rank, world size) for `init_process_group(init_method='xla://')`:
+    one rank per replica, or in SPMD mode (one program over every device, a process per
+    host) one rank per process, the group `torch.distributed.checkpoint` saves over."""
     global _store
     with _store_lock:
         if _store is None:
             _store = _make_store(timeout)
-    yield _store, xr.global_ordinal(), xr.world_size()
+    if xr.is_spmd():
+        yield _store, xr.process_index(), xr.process_count()
+    else:
+        yield _store, xr.global_ordinal(), xr.world_size()
     raise DistributedError("the xla:// rendezvous cannot be restarted")

@@ -29,6 +29,7 @@ from torch_xla.experimental.distributed_checkpoint._tiles import to_host
 from torch_xla.experimental.distributed_checkpoint.planners import (
     SPMDLoadPlanner,
     SPMDSavePlanner,
+    require_process_group,
 )
 
 _MANAGER_METADATA_FILE = ".manager_metadata"  # in each checkpoint folder: step and time
@@ -78,6 +79,7 @@ class CheckpointManager:
         self.max_to_keep = max_to_keep
         self.num_of_threads = num_of_threads
         self.chkpt_on_preemption = chkpt_on_preemption
+        require_process_group("CheckpointManager")
         self.pg = process_group
         self._distributed = dist.is_available() and dist.is_initialized()
         self._async_worker_pool = ThreadPoolExecutor(max_workers=1)

@@ -19,6 +19,7 @@ import math
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.distributed.checkpoint.default_planner import (
     DefaultLoadPlanner,
     DefaultSavePlanner,
@@ -43,6 +44,7 @@ from torch.distributed.checkpoint.planner import (
 )
 from torch.distributed.checkpoint.planner_helpers import create_read_items_for_chunk_list
 
+import torch_xla.runtime as xr
 from torch_xla.distributed.spmd.xla_sharded_tensor import XLAShardedTensor
 from torch_xla.experimental.distributed_checkpoint._tiles import (
     HostTiles,
@@ -54,6 +56,20 @@ from torch_xla.experimental.distributed_checkpoint._tiles import (
     rebuild,
 )
 from torch_xla.lazy import functional, sharding
+
+
+def require_process_group(what: str) -> None:
+    """Refuse a checkpoint of a job of several processes made without a torch.distributed
+    process group: dcp would take each process for the only one, and they would write
+    the same files over each other (or load a checkpoint half-written)."""
+    count = xr.process_count()
+    if count > 1 and not (dist.is_available() and dist.is_initialized()):
+        raise RuntimeError(
+            f"{what}: this job runs {count} processes, but torch.distributed has no process "
+            "group, so each process would save or load as if it were alone (writing the "
+            "same files over the others'). On every process, before checkpointing, run "
+            "`import torch_xla.distributed.xla_backend` and "
+            "`torch.distributed.init_process_group('gloo', init_method='xla://')`.")
 
 
 def _unwrap(value: Any) -> Any:
@@ -76,6 +92,7 @@ class SPMDSavePlanner(DefaultSavePlanner):
 
     def set_up_planner(self, state_dict: STATE_DICT_TYPE, storage_meta: StorageMeta | None = None,
                        is_coordinator: bool = False) -> None:
+        require_process_group("SPMDSavePlanner")
         super().set_up_planner(state_dict, storage_meta, is_coordinator)
         flat = self.state_dict
         self._host = {}
@@ -155,6 +172,7 @@ class SPMDLoadPlanner(DefaultLoadPlanner):
 
     def set_up_planner(self, state_dict: STATE_DICT_TYPE, metadata: Metadata | None = None,
                        is_coordinator: bool = False) -> None:
+        require_process_group("SPMDLoadPlanner")
         super().set_up_planner(state_dict, metadata, is_coordinator)
         flat = _checked(self.state_dict, metadata, self.allow_partial_load)
         self._layouts = layouts(flat)
