@@ -914,6 +914,64 @@ def test_two_hosts_form_one_mesh_and_train_as_one_host(reordered, tmp_path):
         assert np.allclose(tensor, theirs, atol=1e-6), name
 
 
+MINIBATCH = """
+import json
+import numpy as np, torch, torch_xla, torch_xla.runtime as xr
+import torch_xla.core.xla_model as xm
+import torch_xla.distributed.parallel_loader as pl
+import torch_xla.distributed.spmd as xs
+xr.use_spmd()
+n = xr.global_runtime_device_count()
+mesh = xs.Mesh(np.arange(n), (n,), ("data",))
+dev = torch_xla.device()
+torch.manual_seed(1)
+net = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 8)).to(dev)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+torch.manual_seed(0)
+full = [(torch.randn(16, 16), torch.randn(16, 8)) for _ in range(3)]
+p, count = xr.process_index(), xr.process_count()
+mine = slice(p * 16 // count, (p + 1) * 16 // count)  # this process's rows of each batch
+part = [(x[mine], y[mine]) for x, y in full]
+losses = []
+spec = xs.ShardingSpec(mesh, ("data", None), minibatch=True)
+for x, y in pl.MpDeviceLoader(part, dev, input_sharding=spec):
+    assert tuple(x.shape) == (16, 16), x.shape  # the global batch
+    opt.zero_grad(); loss = torch.nn.functional.mse_loss(net(x), y); loss.backward(); opt.step()
+    xm.mark_step()
+    losses.append(loss.item())
+# dynamo on the same mesh
+f = torch.compile(lambda a: (net(a) ** 2).sum(), backend="openxla")
+xin = torch.randn(16, 16)
+xd = xin.to(dev); xs.mark_sharding(xd, mesh, ("data", None))
+dyn = f(xd).item()
+eager = (net(xd) ** 2).sum().item()
+# manual region
+t = torch.arange(16.).to(dev); xs.mark_sharding(t, mesh, ("data",))
+man = xs.enable_manual_sharding(t, ("data",), mesh=mesh).global_tensor
+man = man * 2
+back = xs.disable_manual_sharding(man, ("data",), (16,), mesh=mesh).global_tensor
+print(json.dumps({"p": p, "losses": losses, "dyn": dyn, "eager": eager,
+                  "manual": back.cpu().tolist()}), flush=True)
+"""
+
+
+def test_two_hosts_load_their_own_part_of_each_batch_and_compile_and_run_manual_regions():
+    """With `ShardingSpec(..., minibatch=True)` each of 2 processes loads only its half of
+    every batch, which becomes one global batch of 16 sharded over both hosts' devices:
+    training equals 1 process loading the whole batch. A `torch.compile(backend=
+    'openxla')` call and a manual region on that mesh give the 1-process values too."""
+    alone = json.loads(conftest.run_spmd(MINIBATCH).strip().splitlines()[-1])
+    assert np.allclose(alone["dyn"], alone["eager"], rtol=1e-6)
+    assert alone["manual"] == [2.0 * i for i in range(16)]
+    hosts = [json.loads(out.strip().splitlines()[-1]) for out in conftest.two_hosts(MINIBATCH)]
+    for process, host in enumerate(hosts):
+        assert host["p"] == process
+        assert np.allclose(host["losses"], alone["losses"], atol=1e-6), (host, alone)
+        assert np.allclose(host["dyn"], alone["dyn"], rtol=1e-6)
+        assert np.allclose(host["eager"], alone["eager"], rtol=1e-6)
+        assert host["manual"] == alone["manual"]
+
+
 def test_reads_over_two_hosts_meet_only_for_tiles_held_elsewhere_and_a_lonely_one_errs(
         tmp_path):
     """Reading a tensor whose tiles lie on both hosts is a collective, and so is running a
