@@ -950,19 +950,25 @@ t = torch.arange(16.).to(dev); xs.mark_sharding(t, mesh, ("data",))
 man = xs.enable_manual_sharding(t, ("data",), mesh=mesh).global_tensor
 man = man * 2
 back = xs.disable_manual_sharding(man, ("data",), (16,), mesh=mesh).global_tensor
+# The processes are the replicas that meet.
+met = [b.decode() for b in xm.rendezvous("hello", str(p).encode())]
+reduced = xm.mesh_reduce("sum", float(p + 1), sum)
 print(json.dumps({"p": p, "losses": losses, "dyn": dyn, "eager": eager,
-                  "manual": back.cpu().tolist()}), flush=True)
+                  "manual": back.cpu().tolist(), "met": met, "reduced": reduced}), flush=True)
 """
 
 
-def test_two_hosts_load_their_own_part_of_each_batch_and_compile_and_run_manual_regions():
+def test_two_hosts_load_their_own_part_of_each_batch_compile_and_meet_as_processes():
     """With `ShardingSpec(..., minibatch=True)` each of 2 processes loads only its half of
     every batch, which becomes one global batch of 16 sharded over both hosts' devices:
     training equals 1 process loading the whole batch. A `torch.compile(backend=
-    'openxla')` call and a manual region on that mesh give the 1-process values too."""
+    'openxla')` call and a manual region on that mesh give the 1-process values too.
+    `xm.rendezvous` and `xm.mesh_reduce` meet the processes (they returned this
+    process's payload alone: SPMD has one replica per process)."""
     alone = json.loads(conftest.run_spmd(MINIBATCH).strip().splitlines()[-1])
     assert np.allclose(alone["dyn"], alone["eager"], rtol=1e-6)
     assert alone["manual"] == [2.0 * i for i in range(16)]
+    assert alone["met"] == ["0"] and alone["reduced"] == 1.0
     hosts = [json.loads(out.strip().splitlines()[-1]) for out in conftest.two_hosts(MINIBATCH)]
     for process, host in enumerate(hosts):
         assert host["p"] == process
@@ -970,6 +976,7 @@ def test_two_hosts_load_their_own_part_of_each_batch_and_compile_and_run_manual_
         assert np.allclose(host["dyn"], alone["dyn"], rtol=1e-6)
         assert np.allclose(host["eager"], alone["eager"], rtol=1e-6)
         assert host["manual"] == alone["manual"]
+        assert host["met"] == ["0", "1"] and host["reduced"] == 3.0
 
 
 def test_reads_over_two_hosts_meet_only_for_tiles_held_elsewhere_and_a_lonely_one_errs(

@@ -643,10 +643,14 @@ def unlazy(tensors: list[torch.Tensor]) -> None:
 
 def rendezvous(tag: str, payload: bytes = b"", replicas: list[int] | None = None) -> list[bytes]:
     """Wait for the replicas (default: all) to reach `tag`; returns their payloads in the
-    order of `replicas` (by ordinal when None). Only the listed replicas call it."""
+    order of `replicas` (by ordinal when None). Only the listed replicas call it. In SPMD
+    over several processes the replicas are the processes (`replicas` lists process
+    indices)."""
     if not isinstance(payload, (bytes, bytearray, memoryview)):
         raise TypeError(f"rendezvous: payload must be bytes, not {type(payload).__name__}; "
                         "encode text first, e.g. payload.encode()")
+    if spmd.over_processes():  # the processes are the replicas (indexed as processes)
+        return distributed.exchange(tag, bytes(payload), ranks=replicas or None)
     if xr.world_size() == 1:
         return [bytes(payload)]
     if not replicas or list(replicas) == list(range(xr.world_size())):
@@ -661,8 +665,9 @@ def rendezvous(tag: str, payload: bytes = b"", replicas: list[int] | None = None
 
 
 def mesh_reduce(tag: str, data: Any, reduce_fn: Callable[[list[Any]], Any]) -> Any:
-    """`reduce_fn` of every replica's `data` (XLA tensors arrive as CPU tensors)."""
-    if xr.world_size() == 1:
+    """`reduce_fn` of every replica's `data` (XLA tensors arrive as CPU tensors); in SPMD
+    over several processes, of every process's."""
+    if xr.world_size() == 1 and not spmd.over_processes():
         return reduce_fn([_to_cpu(data)])
     buffer = io.BytesIO()
     torch.save(_to_cpu(data), buffer)
@@ -737,7 +742,7 @@ def _join_reads(data: Any) -> None:
     CPU (`_maybe_convert_to_cpu`): in SPMD over several processes, join that process's
     collectives (computing what is pending, reading the tensors whose tiles lie on
     several processes). Otherwise nothing."""
-    if spmd.reads_are_collective():
+    if spmd.over_processes():
         graph.compute_pending(data)
         graph.join_reads(data, distinct=True)
 

@@ -218,7 +218,7 @@ def materialize(tensors: list[XLATensor]) -> None:
     processes meet first, so that one reading alone gets an error, not a hang."""
     roots = [t for t in tensors if t._node.rule is not None]
     if roots:
-        if spmd.reads_are_collective():
+        if spmd.over_processes():
             spmd.meet_to_run()
         sync(roots + _computed_on_the_way(roots))
 

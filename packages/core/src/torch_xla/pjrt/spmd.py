@@ -58,11 +58,13 @@ def replicated(devices: tuple) -> NamedSharding:
     return NamedSharding(Mesh(np.array(devices, dtype=object), ("devices",)), PartitionSpec())
 
 
-def reads_are_collective() -> bool:
-    """Whether reading a tensor's value to the host (and running a pending program) is a
-    step every process of the job must take together: SPMD over several processes, where
-    one program runs on all devices and a tile another process holds comes by a
-    collective. A save or callback that only one process makes must then read on all."""
+def over_processes() -> bool:
+    """Whether this is SPMD over several processes (a process per host, one program over
+    every device of all of them). Then the processes are the replicas that meet
+    (`xm.rendezvous`, `xm.mesh_reduce`), and reading a tensor's value to the host (or
+    running a pending program) is a step they must all take together: a tile another
+    process holds comes by a collective. A save or callback that only one process makes
+    must then read on all."""
     return _on and distributed.process_count() > 1
 
 

@@ -41,7 +41,7 @@ def save(data: Any, path: str, master_only: bool = True, global_master: bool = F
 
     if not master_only or xm.is_master_ordinal(local=not global_master):
         _write(data, os.fspath(path))
-    elif spmd.reads_are_collective():  # join the writer's collectives, one at a time
+    elif spmd.over_processes():  # join the writer's collectives, one at a time
         compute_pending(data)
         join_reads(data)
     xm.rendezvous("torch_xla.utils.serialization.save")
