@@ -44,6 +44,7 @@ compiles = met.metric_data("CompileTime")
 print(json.dumps({{
     "graphs": met.counter_value("UncachedCompile"),
     "disk_hits": met.counter_value("PersistentCacheHit") or 0,
+    "disk_misses": met.counter_value("PersistentCacheMiss") or 0,
     "compiles": compiles[0] if compiles else 0,
     "losses": losses,
 }}))
@@ -59,10 +60,11 @@ def train(path) -> dict:
 def test_second_process_loads_every_graph_from_the_cache(tmp_path):
     first = train(tmp_path / "cache")
     assert first["graphs"] >= 1 and first["compiles"] == first["graphs"]
-    assert first["disk_hits"] == 0
+    assert first["disk_hits"] == 0 and first["disk_misses"] == first["graphs"]
     second = train(tmp_path / "cache")
     assert second["compiles"] == 0  # nothing compiled...
     assert second["disk_hits"] == first["graphs"]  # ...every graph came from disk
+    assert second["disk_misses"] == 0
     assert second["losses"] == first["losses"]  # and computes the same
 
 
@@ -76,6 +78,7 @@ def test_corrupt_entries_are_recompiled_with_a_warning(tmp_path):
     assert result.returncode == 0, result.stderr
     again = json.loads(result.stdout.strip().splitlines()[-1])
     assert again["compiles"] == first["graphs"] and again["losses"] == first["losses"]
+    assert again["disk_misses"] == first["graphs"] and again["disk_hits"] == 0
     # one warning per entry, saying why
     assert result.stderr.count("ignoring unreadable compilation cache entry") == len(entries)
     assert result.stderr.count("shorter than the 44-byte header") == len(entries)

@@ -77,9 +77,16 @@ def config() -> CacheConfig | None:
 
 
 def load(key: str) -> Any | None:
-    """The cached executable for `key`, or None (missing, unreadable or stale)."""
+    """The cached executable for `key`, or None (missing, unreadable or stale). Counts
+    `PersistentCacheHit` or `PersistentCacheMiss`, as PyTorch/XLA does, when a cache is on."""
     if _config is None:
         return None
+    found = _read(key)
+    _metrics.counter("PersistentCacheHit" if found is not None else "PersistentCacheMiss").inc()
+    return found
+
+
+def _read(key: str) -> Any | None:
     path = _entry_path(key)
     try:
         with open(path, "rb") as f:

@@ -255,7 +255,6 @@ class Client:
         self.compiled_once = True
         cached = compile_cache.load(key) if key is not None else None
         if cached is not None:
-            _metrics.counter("PersistentCacheHit").inc()
             return cached
         start = time.perf_counter()
         options: dict[str, Any] = {"donate_argnums": tuple(donate)} if donate else {}
